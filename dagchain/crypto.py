@@ -1,0 +1,144 @@
+"""Hashing, merkle root, BIP340 signatures and bech32m addresses (PROTOCOL.md E2, E8, §2.4, T6)."""
+
+import hashlib
+from collections.abc import Sequence
+
+from coincurve import PrivateKey, PublicKeyXOnly
+
+from dagchain.errors import EncodingError
+from dagchain.types import Address
+
+ZERO_HASH = bytes(32)
+
+
+def hash32(data: bytes) -> bytes:
+    """H(x): BLAKE2b with a 32-byte digest, no key, salt or personalisation (E2)."""
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def merkle_root(txids: Sequence[bytes]) -> bytes:
+    """Domain-separated merkle root (§2.4): leaf H(0x00‖txid), node H(0x01‖l‖r), odd promoted."""
+    if not txids:
+        return ZERO_HASH
+    level = [hashlib.blake2b(b"\x00" + t, digest_size=32).digest() for t in txids]
+    while len(level) > 1:
+        nxt = [
+            hashlib.blake2b(b"\x01" + level[i] + level[i + 1], digest_size=32).digest()
+            for i in range(0, len(level) - 1, 2)
+        ]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def address_from_pubkey(pubkey: bytes) -> Address:
+    """E8: address = H(x-only public key)."""
+    return Address(hash32(pubkey))
+
+
+def verify_schnorr(pubkey: bytes, signature: bytes, message: bytes) -> bool:
+    """T6: BIP340 verification through libsecp256k1; False for an invalid key or signature."""
+    try:
+        return bool(PublicKeyXOnly(pubkey).verify(signature, message))
+    except (ValueError, TypeError):
+        return False
+
+
+def sign_schnorr(secret: bytes, message: bytes, aux_rand: bytes) -> bytes:
+    """BIP340 signature; callers pass 32 fresh random bytes as ``aux_rand`` (T6)."""
+    return bytes(PrivateKey(secret).sign_schnorr(message, aux_rand))
+
+
+def xonly_pubkey(secret: bytes) -> bytes:
+    """The 32-byte x-only public key of a secret key."""
+    return bytes(PrivateKey(secret).public_key_xonly.format())
+
+
+# --- bech32m (BIP350), data = the 32 address bytes converted 8 -> 5 bits, no version (E8) ---
+
+_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+_BECH32M_CONST = 0x2BC830A3
+_GEN = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
+
+
+def _polymod(values: Sequence[int]) -> int:
+    chk = 1
+    for v in values:
+        top = chk >> 25
+        chk = (chk & 0x1FFFFFF) << 5 ^ v
+        for i in range(5):
+            chk ^= _GEN[i] if (top >> i) & 1 else 0
+    return chk
+
+
+def _hrp_expand(hrp: str) -> list[int]:
+    return [ord(x) >> 5 for x in hrp] + [0] + [ord(x) & 31 for x in hrp]
+
+
+def _convert_bits(data: bytes | Sequence[int], frm: int, to: int, pad: bool) -> list[int]:
+    acc = bits = 0
+    out: list[int] = []
+    maxv = (1 << to) - 1
+    for value in data:
+        acc = (acc << frm) | value
+        bits += frm
+        while bits >= to:
+            bits -= to
+            out.append((acc >> bits) & maxv)
+    if pad:
+        if bits:
+            out.append((acc << (to - bits)) & maxv)
+    elif bits >= frm or (acc << (to - bits)) & maxv:
+        raise EncodingError("non-zero padding bits in bech32m data")
+    return out
+
+
+def encode_address(hrp: str, address: bytes) -> str:
+    """Display form of a 32-byte address: bech32m with the network HRP (E8)."""
+    if len(address) != 32:
+        raise EncodingError("an address is 32 bytes")
+    data = _convert_bits(address, 8, 5, pad=True)
+    poly = _polymod([*_hrp_expand(hrp), *data, 0, 0, 0, 0, 0, 0]) ^ _BECH32M_CONST
+    checksum = [(poly >> 5 * (5 - i)) & 31 for i in range(6)]
+    return hrp + "1" + "".join(_CHARSET[d] for d in data + checksum)
+
+
+def decode_address(hrp: str, text: str) -> Address:
+    """Parse a display address (E8).
+
+    Raises:
+        EncodingError: mixed case, wrong HRP, bad characters, a bech32 (non-m) or wrong checksum,
+            wrong length or non-zero padding bits.
+    """
+    if text.lower() != text and text.upper() != text:
+        raise EncodingError("mixed-case address")
+    text = text.lower()
+    pos = text.rfind("1")
+    if pos < 1 or pos + 7 > len(text) or len(text) > 120:
+        raise EncodingError("not a bech32m string")
+    if text[:pos] != hrp:
+        raise EncodingError(f"address prefix {text[:pos]!r} is not this network's {hrp!r}")
+    try:
+        data = [_CHARSET.index(c) for c in text[pos + 1 :]]
+    except ValueError:
+        raise EncodingError("invalid bech32m character") from None
+    if _polymod([*_hrp_expand(hrp), *data]) != _BECH32M_CONST:
+        raise EncodingError("bad bech32m checksum")
+    decoded = bytes(_convert_bits(data[:-6], 5, 8, pad=False))
+    if len(decoded) != 32:
+        raise EncodingError("an address is 32 bytes")
+    return Address(decoded)
+
+
+__all__ = [
+    "ZERO_HASH",
+    "address_from_pubkey",
+    "decode_address",
+    "encode_address",
+    "hash32",
+    "merkle_root",
+    "sign_schnorr",
+    "verify_schnorr",
+    "xonly_pubkey",
+]

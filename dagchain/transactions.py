@@ -1,0 +1,262 @@
+"""Transactions: types, canonical codec, txid, sighash and stateless rules (PROTOCOL.md §2.2, §7)."""
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from dagchain.crypto import sign_schnorr, verify_schnorr, xonly_pubkey
+from dagchain.encoding import (
+    U32,
+    U64,
+    expect_bin,
+    expect_int,
+    expect_list,
+    pack,
+    unpack_canonical,
+)
+from dagchain.errors import InvalidTransaction
+from dagchain.params import ConsensusParams
+from dagchain.types import Address, TxId
+
+REDEMPTION_INDEX = 0xFFFFFFFF
+"""out_index of a REDEMPTION input (§7.1)."""
+_SIGHASH_TAG = b"dagchain-sighash"
+
+
+class TxKind(IntEnum):
+    """Transaction kinds (§2.2)."""
+
+    TRANSFER = 0
+    REGISTRATION = 1
+    REDEMPTION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class TxIn:
+    """An input: the spent outpoint (or the anchor for a REDEMPTION), key and signature."""
+
+    txid: TxId
+    out_index: int
+    pubkey: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TxOut:
+    """An output: amount in units and the 32-byte address."""
+
+    amount: int
+    address: Address
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """A decoded transaction with its canonical bytes and txid (build with ``make_transaction``)."""
+
+    version: int
+    kind: int
+    inputs: tuple[TxIn, ...]
+    outputs: tuple[TxOut, ...]
+    raw: bytes = field(repr=False, compare=False)
+    txid: TxId = field(compare=False)
+
+    def to_obj(self) -> list[Any]:
+        """The msgpack object of §2.2."""
+        return _tx_obj(self.version, self.kind, self.inputs, self.outputs)
+
+
+def _tx_obj(
+    version: int, kind: int, inputs: Sequence[TxIn], outputs: Sequence[TxOut]
+) -> list[Any]:
+    return [
+        version,
+        kind,
+        [[i.txid, i.out_index, i.pubkey, i.signature] for i in inputs],
+        [[o.amount, o.address] for o in outputs],
+    ]
+
+
+def make_transaction(
+    kind: int, inputs: Sequence[TxIn], outputs: Sequence[TxOut], version: int = 1
+) -> Transaction:
+    """Build a transaction and compute its canonical bytes and txid (§2.2)."""
+    raw = pack(_tx_obj(version, kind, inputs, outputs))
+    return Transaction(
+        version, kind, tuple(inputs), tuple(outputs), raw, TxId(hashlib.blake2b(raw, digest_size=32).digest())
+    )
+
+
+def tx_from_obj(obj: Any, raw: bytes | None = None) -> Transaction:
+    """Type-check a decoded msgpack object as a tx (E5, T2 lengths); ``raw`` if already known.
+
+    Raises:
+        EncodingError: wrong types, field sizes or array shapes.
+    """
+    fields = expect_list(obj, "tx", 4)
+    version = expect_int(fields[0], "tx version", U64)
+    kind = expect_int(fields[1], "tx kind", U64)
+    inputs = tuple(_input_from_obj(i) for i in expect_list(fields[2], "tx inputs"))
+    outputs = tuple(_output_from_obj(o) for o in expect_list(fields[3], "tx outputs"))
+    if raw is None:
+        raw = pack(obj)
+    return Transaction(
+        version, kind, inputs, outputs, raw, TxId(hashlib.blake2b(raw, digest_size=32).digest())
+    )
+
+
+def _input_from_obj(obj: Any) -> TxIn:
+    txid, index, pubkey, sig = expect_list(obj, "tx input", 4)
+    return TxIn(
+        TxId(expect_bin(txid, "input txid", 32)),
+        expect_int(index, "input out_index", U32),
+        expect_bin(pubkey, "input pubkey", 32),
+        expect_bin(sig, "input signature", 64),
+    )
+
+
+def _output_from_obj(obj: Any) -> TxOut:
+    amount, address = expect_list(obj, "tx output", 2)
+    return TxOut(expect_int(amount, "output amount", U64), Address(expect_bin(address, "address", 32)))
+
+
+def decode_transaction(data: bytes, params: ConsensusParams) -> Transaction:
+    """Decode a canonical tx (E3-E6, T1 size); shape rules are in ``validate_tx_stateless``.
+
+    Raises:
+        EncodingError: not a canonical tx encoding of at most ``max_tx_bytes``.
+    """
+    return tx_from_obj(unpack_canonical(data, params.max_tx_bytes), bytes(data))
+
+
+def sighash_prefix(tx: Transaction, params: ConsensusParams) -> "hashlib._Hash":
+    """Hash state over everything but the input index (E7); ``copy()`` it per input."""
+    stripped = [[i.txid, i.out_index, i.pubkey, b""] for i in tx.inputs]
+    body = pack([tx.version, tx.kind, stripped, [[o.amount, o.address] for o in tx.outputs]])
+    net = params.network_id.encode("ascii")
+    h = hashlib.blake2b(digest_size=32)
+    h.update(_SIGHASH_TAG + bytes([len(net)]) + net + body)
+    return h
+
+
+def compute_sighash(tx: Transaction, index: int, params: ConsensusParams) -> bytes:
+    """E7 sighash(tx, i)."""
+    h = sighash_prefix(tx, params)
+    h.update(index.to_bytes(4, "little"))
+    return h.digest()
+
+
+def validate_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
+    """T1-T5: version, kind, size, shape, amounts and duplicate inputs (no signatures).
+
+    Raises:
+        InvalidTransaction: naming the failed rule.
+    """
+    if len(tx.raw) > params.max_tx_bytes:
+        raise InvalidTransaction("T1", "transaction too large", tx.txid)
+    if tx.version != params.tx_version:
+        raise InvalidTransaction("T1", f"unknown tx version {tx.version}", tx.txid)
+    if tx.kind == TxKind.TRANSFER:
+        _validate_transfer(tx, params)
+    elif tx.kind == TxKind.REGISTRATION:
+        if tx.inputs or len(tx.outputs) != 1:
+            raise InvalidTransaction("T2", "a registration has no inputs and one output", tx.txid)
+        if tx.outputs[0].amount != 0:
+            raise InvalidTransaction("T5", "registration output amount must be 0", tx.txid)
+    elif tx.kind == TxKind.REDEMPTION:
+        if len(tx.inputs) != 1 or tx.inputs[0].out_index != REDEMPTION_INDEX:
+            raise InvalidTransaction("T2", "a redemption has one anchor input", tx.txid)
+        if not 1 <= len(tx.outputs) <= 2:
+            raise InvalidTransaction("T2", "a redemption has one or two outputs", tx.txid)
+        if tx.outputs[0].amount != 0:
+            raise InvalidTransaction("T5", "redemption output[0] amount must be 0", tx.txid)
+        if len(tx.outputs) == 2 and not 1 <= tx.outputs[1].amount <= params.max_money:
+            raise InvalidTransaction("T5", "redemption claim out of range", tx.txid)
+    else:
+        raise InvalidTransaction("T1", f"unknown tx kind {tx.kind}", tx.txid)
+
+
+def _validate_transfer(tx: Transaction, params: ConsensusParams) -> None:
+    if not 1 <= len(tx.inputs) <= params.max_tx_inputs:
+        raise InvalidTransaction("T2", "a transfer has 1..max_tx_inputs inputs", tx.txid)
+    if not 1 <= len(tx.outputs) <= params.max_tx_outputs:
+        raise InvalidTransaction("T2", "a transfer has 1..max_tx_outputs outputs", tx.txid)
+    total = 0
+    for out in tx.outputs:
+        if not 1 <= out.amount <= params.max_money:
+            raise InvalidTransaction("T3", "output amount out of range", tx.txid)
+        total += out.amount
+    if total > params.max_money:
+        raise InvalidTransaction("T3", "sum of outputs exceeds max_money", tx.txid)
+    outpoints = set()
+    for inp in tx.inputs:
+        if inp.out_index == REDEMPTION_INDEX:
+            raise InvalidTransaction("T3", "out_index 0xFFFFFFFF is reserved", tx.txid)
+        outpoints.add((inp.txid, inp.out_index))
+    if len(outpoints) != len(tx.inputs):
+        raise InvalidTransaction("T4", "two inputs spend the same outpoint", tx.txid)
+
+
+def verify_tx_signatures(tx: Transaction, params: ConsensusParams) -> bool:
+    """T6: every input's BIP340 signature over sighash(tx, i) verifies."""
+    if not tx.inputs:
+        return True
+    prefix = sighash_prefix(tx, params)
+    for index, inp in enumerate(tx.inputs):
+        h = prefix.copy()
+        h.update(index.to_bytes(4, "little"))
+        if not verify_schnorr(inp.pubkey, inp.signature, h.digest()):
+            return False
+    return True
+
+
+def validate_tx_signatures(tx: Transaction, params: ConsensusParams) -> None:
+    """T6 as a check.
+
+    Raises:
+        InvalidTransaction: ``T6`` when a signature or key is invalid.
+    """
+    if not verify_tx_signatures(tx, params):
+        raise InvalidTransaction("T6", "invalid signature", tx.txid)
+
+
+def sign_transaction(
+    kind: int,
+    inputs: Sequence[tuple[TxId, int]],
+    outputs: Sequence[TxOut],
+    secrets: Sequence[bytes],
+    params: ConsensusParams,
+    aux_rand: bytes = bytes(32),
+) -> Transaction:
+    """Build and sign a tx: ``secrets[i]`` signs input i (wallets pass fresh ``aux_rand``)."""
+    pubkeys = [xonly_pubkey(s) for s in secrets]
+    unsigned = make_transaction(
+        kind, [TxIn(t, i, pk, bytes(64)) for (t, i), pk in zip(inputs, pubkeys, strict=True)], outputs
+    )
+    prefix = sighash_prefix(unsigned, params)
+    signed = []
+    for index, (inp, secret) in enumerate(zip(unsigned.inputs, secrets, strict=True)):
+        h = prefix.copy()
+        h.update(index.to_bytes(4, "little"))
+        sig = sign_schnorr(secret, h.digest(), aux_rand)
+        signed.append(TxIn(inp.txid, inp.out_index, inp.pubkey, sig))
+    return make_transaction(kind, signed, outputs)
+
+
+__all__ = [
+    "REDEMPTION_INDEX",
+    "Transaction",
+    "TxIn",
+    "TxKind",
+    "TxOut",
+    "compute_sighash",
+    "decode_transaction",
+    "make_transaction",
+    "sighash_prefix",
+    "sign_transaction",
+    "tx_from_obj",
+    "validate_tx_signatures",
+    "validate_tx_stateless",
+    "verify_tx_signatures",
+]
