@@ -1,0 +1,70 @@
+"""In-memory KVStore: a dict with sorted prefix iteration and all-or-nothing batches."""
+
+import bisect
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class _Batch:
+    __slots__ = ("ops",)
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[bytes, bytes | None]] = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.ops.append((bytes(key), bytes(value)))
+
+    def delete(self, key: bytes) -> None:
+        self.ops.append((bytes(key), None))
+
+
+class MemoryStore:
+    """A KVStore in a dict; a batch is applied only if its ``with`` block raises nothing."""
+
+    def __init__(self) -> None:
+        self._data: dict[bytes, bytes] = {}
+        self._keys: list[bytes] | None = []  # sorted keys, rebuilt lazily after writes
+        self.batches_written = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or None."""
+        return self._data.get(key)
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Ascending (key, value) pairs under ``prefix`` (a snapshot of the keys at call time)."""
+        if self._keys is None:
+            self._keys = sorted(self._data)
+        keys = self._keys
+        start = bisect.bisect_left(keys, prefix)
+        for i in range(start, len(keys)):
+            key = keys[i]
+            if not key.startswith(prefix):
+                break
+            value = self._data.get(key)
+            if value is not None:
+                yield key, value
+
+    @contextmanager
+    def write_batch(self) -> Iterator[_Batch]:
+        """Collect puts and deletes; apply them in order when the block exits cleanly."""
+        batch = _Batch()
+        yield batch
+        data = self._data
+        for key, value in batch.ops:
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
+        if batch.ops:
+            self._keys = None
+        self.batches_written += 1
+
+    def snapshot(self) -> dict[bytes, bytes]:
+        """A copy of every key and value (tests compare states byte for byte)."""
+        return dict(self._data)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+__all__ = ["MemoryStore"]

@@ -1,0 +1,3 @@
+"""The discrete-event simulator driving the real core (arrives with a later issue)."""
+
+__all__: list[str] = []
