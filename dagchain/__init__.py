@@ -1,3 +1,3 @@
-"""dagchain consensus core: pure, synchronous rules of PROTOCOL.md (no I/O, no clock, no threads)."""
+"""dagchain consensus core: the pure, synchronous rules of PROTOCOL.md (no I/O, clock, threads)."""
 
 __all__: list[str] = []

@@ -6,13 +6,13 @@ from dagchain.params import ConsensusParams
 from dagchain.types import NULL_ID, Address
 
 FAUCET_SECRET = (1).to_bytes(32, "big")
-"""The documented, public devnet/sim faucet key: secret key 1 (never use on other networks)."""
+"""The documented, public devnet/sim faucet key: secret key 1 (never on other networks)."""
 FAUCET_PUBKEY = bytes.fromhex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798")
 FAUCET_ADDRESS: Address = address_from_pubkey(FAUCET_PUBKEY)
 
 
 def genesis_block(params: ConsensusParams) -> Block:
-    """Genesis: null links and merkle root, no txs, the network's timestamp and ms target, nonce 0."""
+    """Genesis: null links and merkle root, no txs, the network timestamp and ms target, nonce 0."""
     header = BlockHeader(
         version=params.block_version,
         milestone_link=NULL_ID,

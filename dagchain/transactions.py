@@ -1,4 +1,4 @@
-"""Transactions: types, canonical codec, txid, sighash and stateless rules (PROTOCOL.md §2.2, §7)."""
+"""Transactions: types, canonical codec, txid, sighash and stateless rules (§2.2, §7)."""
 
 import hashlib
 from collections.abc import Sequence
@@ -67,9 +67,7 @@ class Transaction:
         return _tx_obj(self.version, self.kind, self.inputs, self.outputs)
 
 
-def _tx_obj(
-    version: int, kind: int, inputs: Sequence[TxIn], outputs: Sequence[TxOut]
-) -> list[Any]:
+def _tx_obj(version: int, kind: int, inputs: Sequence[TxIn], outputs: Sequence[TxOut]) -> list[Any]:
     return [
         version,
         kind,
@@ -84,7 +82,12 @@ def make_transaction(
     """Build a transaction and compute its canonical bytes and txid (§2.2)."""
     raw = pack(_tx_obj(version, kind, inputs, outputs))
     return Transaction(
-        version, kind, tuple(inputs), tuple(outputs), raw, TxId(hashlib.blake2b(raw, digest_size=32).digest())
+        version,
+        kind,
+        tuple(inputs),
+        tuple(outputs),
+        raw,
+        TxId(hashlib.blake2b(raw, digest_size=32).digest()),
     )
 
 
@@ -118,7 +121,9 @@ def _input_from_obj(obj: Any) -> TxIn:
 
 def _output_from_obj(obj: Any) -> TxOut:
     amount, address = expect_list(obj, "tx output", 2)
-    return TxOut(expect_int(amount, "output amount", U64), Address(expect_bin(address, "address", 32)))
+    return TxOut(
+        expect_int(amount, "output amount", U64), Address(expect_bin(address, "address", 32))
+    )
 
 
 def decode_transaction(data: bytes, params: ConsensusParams) -> Transaction:
@@ -130,7 +135,7 @@ def decode_transaction(data: bytes, params: ConsensusParams) -> Transaction:
     return tx_from_obj(unpack_canonical(data, params.max_tx_bytes), bytes(data))
 
 
-def sighash_prefix(tx: Transaction, params: ConsensusParams) -> "hashlib._Hash":
+def sighash_prefix(tx: Transaction, params: ConsensusParams) -> "hashlib.blake2b":
     """Hash state over everything but the input index (E7); ``copy()`` it per input."""
     stripped = [[i.txid, i.out_index, i.pubkey, b""] for i in tx.inputs]
     body = pack([tx.version, tx.kind, stripped, [[o.amount, o.address] for o in tx.outputs]])
@@ -232,7 +237,9 @@ def sign_transaction(
     """Build and sign a tx: ``secrets[i]`` signs input i (wallets pass fresh ``aux_rand``)."""
     pubkeys = [xonly_pubkey(s) for s in secrets]
     unsigned = make_transaction(
-        kind, [TxIn(t, i, pk, bytes(64)) for (t, i), pk in zip(inputs, pubkeys, strict=True)], outputs
+        kind,
+        [TxIn(t, i, pk, bytes(64)) for (t, i), pk in zip(inputs, pubkeys, strict=True)],
+        outputs,
     )
     prefix = sighash_prefix(unsigned, params)
     signed = []

@@ -1,0 +1,670 @@
+"""The Chain façade: block acceptance, orphans, fork choice and reorganisation.
+
+``Chain.on_block(raw, now_ms)`` runs the acceptance procedure of PROTOCOL.md §3.3 in its order
+(cheap checks first, signatures last), stores an accepted block in one batch (A1), releases the
+orphans that waited for it and, for a milestone block, runs fork choice (F2) which evaluates the
+ledger only when the best chain changes (§4.3, §4.4). An invalid block raises and changes
+nothing; a block with unknown links is held as an orphan ("not yet valid", never invalid).
+"""
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from dagchain.blocks import Block, compute_merkle_root, decode_block
+from dagchain.crypto import address_from_pubkey
+from dagchain.errors import (
+    EncodingError,
+    InvalidBlock,
+    InvalidTransaction,
+    MalformedBlock,
+    NotYetValid,
+    RejectedBlock,
+    StorageError,
+)
+from dagchain.genesis import FAUCET_ADDRESS, genesis_block
+from dagchain.ledger import BlockContext, LevelSetDelta, RootRecord, Utxo, evaluate_level_set
+from dagchain.levelset import compute_level_set
+from dagchain.orphans import OrphanPool
+from dagchain.params import ConsensusParams
+from dagchain.pow import compute_work, decode_compact, encode_compact, is_valid_compact_target
+from dagchain.retarget import Snapshot, compute_snapshot, genesis_snapshot
+from dagchain.sortition import SortitionWindow, compute_window_span
+from dagchain.state import BlockMeta, ChainState
+from dagchain.storage import KVStore
+from dagchain.storage import schema as S
+from dagchain.transactions import (
+    Transaction,
+    TxKind,
+    validate_tx_stateless,
+    verify_tx_signatures,
+)
+from dagchain.types import NULL_ID, Address, BlockId, TxId
+
+INVALID_CACHE_SIZE = 10_000
+SIGNATURE_CACHE_SIZE = 100_000
+
+
+class BlockStatus(StrEnum):
+    """Outcome of ``on_block`` when the block is not invalid."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    ORPHAN = "orphan"
+
+
+@dataclass(frozen=True, slots=True)
+class Reorg:
+    """A best-chain change: milestones undone (newest first) and applied (oldest first)."""
+
+    old_head: BlockId
+    new_head: BlockId
+    undone: tuple[LevelSetDelta, ...]
+    applied: tuple[LevelSetDelta, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOutcome:
+    """What happened to a submitted block (and to the orphans its acceptance released)."""
+
+    status: BlockStatus
+    block_id: BlockId
+    is_milestone: bool = False
+    accepted: tuple[BlockId, ...] = ()
+    """Newly accepted blocks in acceptance order: this block, then released orphans."""
+    missing: tuple[BlockId, ...] = ()
+    """For an orphan: the links to fetch."""
+    reorgs: tuple[Reorg, ...] = ()
+    rejected_orphans: tuple[tuple[BlockId, InvalidBlock], ...] = field(default=())
+
+
+class Chain:
+    """The consensus state machine over a KVStore (one owner; not thread-safe by design)."""
+
+    def __init__(self, params: ConsensusParams, store: KVStore) -> None:
+        self.params = params
+        self.store = store
+        self.genesis = genesis_block(params)
+        self.state = ChainState(params, store)
+        self.orphans = OrphanPool(params)
+        self._invalid: OrderedDict[BlockId, str] = OrderedDict()
+        self._sig_ok: OrderedDict[TxId, None] = OrderedDict()
+        self._work_of_bits: dict[int, int] = {}
+        self._open()
+
+    # ------------------------------------------------------------------ opening / recovery
+    def _open(self) -> None:
+        """§12 crash recovery: check schema/network/genesis, init an empty store, re-run F2."""
+        schema = self.store.get(S.META_SCHEMA)
+        if schema is None:
+            if next(iter(self.store.iter_prefix(b"")), None) is not None:
+                raise StorageError("store is not empty but has no schema version: half-written?")
+            self.state.write_genesis(self.genesis, genesis_snapshot(self.params), self._faucet())
+            return
+        version = S.decode_row(schema, S.META_SCHEMA)[0]
+        if version != S.SCHEMA_VERSION:
+            raise StorageError(
+                f"database schema version {version} is not {S.SCHEMA_VERSION}; "
+                "this software cannot open it"
+            )
+        net_raw = self.store.get(S.META_NETWORK)
+        network = S.decode_row(net_raw, S.META_NETWORK)[0] if net_raw else b""
+        if network != self.params.network_id.encode("ascii"):
+            raise StorageError(
+                f"database belongs to network {network!r}, not {self.params.network_id}"
+            )
+        gen_raw = self.store.get(S.META_GENESIS)
+        genesis = S.decode_row(gen_raw, S.META_GENESIS)[0] if gen_raw else b""
+        if genesis != self.genesis.id:
+            raise StorageError(f"database genesis {bytes(genesis).hex()} is not this network's")
+        self.state.load()
+        self._reselect_best()
+
+    def _faucet(self) -> list[tuple[int, Address, int]]:
+        if not self.params.faucet:
+            return []
+        return [
+            (i, FAUCET_ADDRESS, self.params.faucet_amount)
+            for i in range(self.params.faucet_outputs)
+        ]
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def genesis_id(self) -> BlockId:
+        """The network's genesis id."""
+        return self.genesis.id
+
+    @property
+    def best_id(self) -> BlockId:
+        """The best milestone (head of the best chain, F2)."""
+        return self.state.best[-1]
+
+    @property
+    def best_height(self) -> int:
+        """Height of the best milestone."""
+        return len(self.state.best) - 1
+
+    @property
+    def best_snapshot(self) -> Snapshot:
+        """Snapshot of the best milestone."""
+        return self.state.snapshots[self.best_id]
+
+    @property
+    def final_id(self) -> BlockId:
+        """The final milestone Φ (F6)."""
+        return self.state.final
+
+    def best_chain(self) -> list[BlockId]:
+        """Best-chain milestone ids by height, genesis first."""
+        return list(self.state.best)
+
+    def has_block(self, block_id: bytes) -> bool:
+        """True if the block is accepted."""
+        return block_id in self.state.meta
+
+    def get_block(self, block_id: bytes) -> Block | None:
+        """An accepted block."""
+        return self.state.blocks.get(BlockId(block_id))
+
+    def get_meta(self, block_id: bytes) -> BlockMeta | None:
+        """Acceptance facts of a block (peer height, root, milestone status...)."""
+        return self.state.meta.get(BlockId(block_id))
+
+    def get_snapshot(self, milestone_id: bytes) -> Snapshot | None:
+        """Snapshot of an accepted milestone block (or genesis)."""
+        return self.state.snapshots.get(BlockId(milestone_id))
+
+    def level_set(self, milestone_id: bytes) -> LevelSetDelta | None:
+        """The stored evaluation of a milestone's level set (order, reasons, delta)."""
+        if milestone_id == self.genesis.id:
+            return LevelSetDelta(self.genesis.id, 0, (self.genesis.id,), b"", (), (), (), (), ())
+        return self.state.deltas.get(BlockId(milestone_id))
+
+    def ls_height(self, block_id: bytes) -> int | None:
+        """LS height of a block on the best chain, None while pending."""
+        return self.state.ls_height.get(BlockId(block_id))
+
+    def pending_blocks(self) -> list[BlockId]:
+        """Accepted blocks in no best-chain level set, in acceptance order."""
+        return sorted(self.state.pending, key=lambda b: self.state.meta[b].seq)
+
+    def get_utxo(self, txid: bytes, index: int) -> Utxo | None:
+        """A best-chain unspent output."""
+        return self.state.utxos.get((txid, index))
+
+    def utxos(self) -> dict[tuple[bytes, int], Utxo]:
+        """A copy of the best chain's UTXO set."""
+        return dict(self.state.utxos)
+
+    def get_root(self, root: bytes) -> RootRecord | None:
+        """Best-chain reward record of a peer chain (balance, anchor)."""
+        return self.state.roots.get(BlockId(root))
+
+    def roots(self) -> dict[BlockId, RootRecord]:
+        """A copy of every peer chain's record on the best chain."""
+        return dict(self.state.roots)
+
+    def peer_chain_head(self, root: bytes) -> tuple[BlockId, int] | None:
+        """Last accepted block of a peer chain and its peer height (§12 r)."""
+        return self.state.peer_heads.get(BlockId(root))
+
+    def blocks_with_tx(self, txid: bytes) -> list[BlockId]:
+        """Every accepted block that contains the txid."""
+        return list(self.state.tx_index.get(TxId(txid), ()))
+
+    def is_known_invalid(self, block_id: bytes) -> bool:
+        """True if the block id is in the invalid cache."""
+        return block_id in self._invalid
+
+    # ------------------------------------------------------------------ acceptance (§3.3)
+    def on_block(self, raw: bytes, now_ms: int, peer: str = "local") -> BlockOutcome:
+        """Run the acceptance procedure on canonical block bytes.
+
+        Raises:
+            MalformedBlock: H1 or H7 (not remembered as invalid).
+            RejectedBlock: any REJECT rule; the id enters the invalid cache.
+            NotYetValid: H11 (timestamp too far in the future): retry later, never penalise.
+        """
+        first = self._process(raw, now_ms, peer)
+        if first.status is not BlockStatus.ACCEPTED:
+            return first
+        accepted = list(first.accepted)
+        reorgs = list(first.reorgs)
+        rejected: list[tuple[BlockId, InvalidBlock]] = []
+        queue = list(first.accepted)
+        while queue:
+            parent = queue.pop(0)
+            for orphan in self.orphans.pop_waiting_on(parent):
+                try:
+                    out = self._process(orphan.raw, now_ms, orphan.peer)
+                except InvalidBlock as exc:
+                    rejected.append((orphan.block_id, exc))
+                    continue
+                except NotYetValid:
+                    continue
+                if out.status is BlockStatus.ACCEPTED:
+                    accepted.extend(out.accepted)
+                    queue.extend(out.accepted)
+                    reorgs.extend(out.reorgs)
+        return BlockOutcome(
+            BlockStatus.ACCEPTED,
+            first.block_id,
+            first.is_milestone,
+            tuple(accepted),
+            (),
+            tuple(reorgs),
+            tuple(rejected),
+        )
+
+    def _process(self, raw: bytes, now_ms: int, peer: str) -> BlockOutcome:
+        p = self.params
+        st = self.state
+        # (1) H1
+        if len(raw) > p.max_block_bytes:
+            raise MalformedBlock("H1", f"block of {len(raw)} bytes exceeds max_block_bytes")
+        try:
+            block = decode_block(raw, p)
+        except EncodingError as exc:
+            raise MalformedBlock("H1", str(exc)) from None
+        bid = block.id
+        # (2) D1
+        if bid in st.meta or OrphanPool.key_of(raw) in self.orphans:
+            return BlockOutcome(
+                BlockStatus.DUPLICATE, bid, bid in st.meta and st.meta[bid].is_milestone
+            )
+        if bid in self._invalid:
+            raise RejectedBlock("D1", "block is in the invalid cache", bid)
+        try:
+            return self._check_and_accept(block, raw, now_ms, peer)
+        except RejectedBlock as exc:
+            self._remember_invalid(bid, exc.rule)
+            raise
+
+    def _check_and_accept(self, block: Block, raw: bytes, now_ms: int, peer: str) -> BlockOutcome:
+        p = self.params
+        st = self.state
+        bid = block.id
+        h = block.header
+        # (3) H2, H3, H5
+        if h.version != p.block_version:
+            raise RejectedBlock("H2", f"block version {h.version} is not {p.block_version}", bid)
+        if not is_valid_compact_target(h.target, p.max_target):
+            raise RejectedBlock("H3", f"target {h.target:#010x} is not a valid compact target", bid)
+        if NULL_ID in h.links:
+            raise RejectedBlock("H5", "a link is the null id", bid)
+        gid = self.genesis.id
+        if h.tip_link == h.previous_link and h.previous_link != gid:
+            raise RejectedBlock("H5", "tip link equals previous link", bid)
+        # (4) milestone link known?
+        ms = h.milestone_link
+        if ms in self._invalid:
+            raise RejectedBlock("D2", "milestone link is an invalid block", bid)
+        if ms not in st.meta:
+            return self._hold_orphan(block, raw, (ms,), peer, now_ms)
+        # (5) D3, D4, H4
+        snap = st.snapshots.get(ms)
+        if snap is None:
+            raise RejectedBlock("D3", "milestone link is not a milestone block", bid)
+        if h.target != encode_compact(snap.blk_target):
+            raise RejectedBlock("D4", "target is not the milestone link's block target", bid)
+        pow_value = int.from_bytes(bid, "little")
+        if pow_value > snap.blk_target:
+            raise RejectedBlock("H4", "proof of work does not meet the target", bid)
+        # (6) H11
+        if h.timestamp_ms > now_ms + p.max_future_drift_ms:
+            raise NotYetValid("H11", "timestamp is too far in the future")
+        # (7) D6 against the milestone link; D5a, D5b, D6 for accepted links
+        if h.timestamp_ms < st.blocks[ms].header.timestamp_ms:
+            raise RejectedBlock("D6", "timestamp before the milestone link's", bid)
+        self._check_link_rules(block, snap.height)
+        # (8) H7
+        if h.merkle_root != compute_merkle_root(block.txs):
+            raise MalformedBlock("H7", "merkle root does not match the transactions", bid)
+        # (9) H6, H8, H10
+        self._check_body(block)
+        # (10) D2 for previous and tip links
+        missing = []
+        for link in (h.previous_link, h.tip_link):
+            if link in self._invalid:
+                raise RejectedBlock("D2", "links an invalid block", bid)
+            if link not in st.meta and link not in missing:
+                missing.append(link)
+        if missing:
+            return self._hold_orphan(block, raw, tuple(missing), peer, now_ms)
+        # (11) H9
+        for tx in block.txs:
+            if tx.txid not in self._sig_ok:
+                if not verify_tx_signatures(tx, p):
+                    raise RejectedBlock("H9", f"bad signature in tx {tx.txid.hex()}", bid)
+                self._remember_signature(tx.txid)
+        # (12) store and acknowledge
+        return self._accept(block, snap, pow_value <= snap.ms_target)
+
+    def _check_link_rules(self, block: Block, ms_height: int) -> None:
+        """D5a, D5b and D6 for the previous and tip links that are already accepted (F4)."""
+        st = self.state
+        h = block.header
+        gid = self.genesis.id
+        punct = self.params.punctuality
+        prev = h.previous_link
+        if prev != gid and prev in st.meta:
+            pm = st.meta[prev]
+            if ms_height < pm.ms_link_height:
+                raise RejectedBlock(
+                    "D5a", "milestone link lower than the previous block's", block.id
+                )
+            if ms_height - self._msh(prev) >= punct:
+                raise RejectedBlock("D5b", "previous link is not punctual", block.id)
+            if h.timestamp_ms < st.blocks[prev].header.timestamp_ms:
+                raise RejectedBlock("D6", "timestamp before the previous block's", block.id)
+        tip = h.tip_link
+        if tip in st.meta and ms_height - self._msh(tip) >= punct:
+            raise RejectedBlock("D5b", "tip link is not punctual", block.id)
+
+    def _msh(self, block_id: BlockId) -> int:
+        """msh(L): height(L) for a milestone block (genesis 0), else its milestone link's height."""
+        meta = self.state.meta[block_id]
+        if meta.is_milestone:
+            return self.state.snapshots[block_id].height
+        return meta.ms_link_height
+
+    def _check_body(self, block: Block) -> None:
+        """H6, H8 (distinct txids, T1-T5) and H10 (placement of REGISTRATION and REDEMPTION)."""
+        p = self.params
+        bid = block.id
+        txs = block.txs
+        if len(txs) > p.block_capacity:
+            raise RejectedBlock("H6", f"{len(txs)} txs exceed block_capacity", bid)
+        if len({t.txid for t in txs}) != len(txs):
+            raise RejectedBlock("H8", "two transactions with the same txid", bid)
+        for tx in txs:
+            try:
+                validate_tx_stateless(tx, p)
+            except InvalidTransaction as exc:
+                raise RejectedBlock(
+                    "H8", f"tx {tx.txid.hex()} fails {exc.rule}: {exc.message}", bid
+                ) from None
+        registration = block.header.previous_link == self.genesis.id
+        if registration and (not txs or txs[0].kind != TxKind.REGISTRATION):
+            raise RejectedBlock("H10", "a registration block must start with a REGISTRATION", bid)
+        for index, tx in enumerate(txs):
+            if tx.kind == TxKind.REGISTRATION and (index != 0 or not registration):
+                raise RejectedBlock(
+                    "H10", "REGISTRATION outside tx[0] of a registration block", bid
+                )
+            if tx.kind == TxKind.REDEMPTION and (index != 0 or registration):
+                raise RejectedBlock(
+                    "H10", "REDEMPTION outside tx[0] of a non-registration block", bid
+                )
+
+    def _hold_orphan(
+        self, block: Block, raw: bytes, missing: tuple[BlockId, ...], peer: str, now_ms: int
+    ) -> BlockOutcome:
+        self.orphans.add(raw, block.id, missing, peer, now_ms)
+        return BlockOutcome(BlockStatus.ORPHAN, block.id, missing=missing)
+
+    def _accept(self, block: Block, ms_snap: Snapshot, is_milestone: bool) -> BlockOutcome:
+        """(12) A1: compute m(B), root, W, S and a milestone's snapshot; store; fork choice."""
+        st = self.state
+        h = block.header
+        bid = block.id
+        if h.previous_link == self.genesis.id:
+            peer_height, root = 1, bid
+        else:
+            pm = st.meta[h.previous_link]
+            peer_height, root = pm.peer_height + 1, pm.root
+        window = self._compute_window(h.previous_link, h.milestone_link, peer_height)
+        meta = BlockMeta(
+            st.next_seq,
+            peer_height,
+            root,
+            is_milestone,
+            ms_snap.height,
+            window.work,
+            window.span_ms,
+        )
+        snapshot = None
+        if is_milestone:
+            snapshot = compute_snapshot(
+                ms_snap, h.milestone_link == self.genesis.id, h.timestamp_ms, self.params
+            )
+        head = st.peer_heads.get(root)
+        st.write_accept(block, meta, snapshot, head is None or peer_height > head[1])
+        reorgs: tuple[Reorg, ...] = ()
+        if is_milestone:
+            reorg = self._fork_choice(bid)
+            reorgs = (reorg,) if reorg is not None else ()
+        return BlockOutcome(BlockStatus.ACCEPTED, bid, is_milestone, (bid,), (), reorgs)
+
+    def _compute_window(
+        self, previous_link: BlockId, milestone_link: BlockId, peer_height: int
+    ) -> SortitionWindow:
+        """S2: W and S over the K previous blocks b_1..b_K (zero while m <= K)."""
+        k = self.params.sortition_warmup
+        if peer_height <= k:
+            return SortitionWindow(peer_height, 0, 0)
+        blocks = self.state.blocks
+        work = 0
+        cursor = previous_link
+        for _ in range(k - 1):
+            hdr = blocks[cursor].header
+            work += self._work(hdr.target)
+            cursor = hdr.previous_link
+        last = blocks[cursor].header
+        work += self._work(last.target)
+        span = compute_window_span(
+            blocks[milestone_link].header.timestamp_ms,
+            blocks[last.milestone_link].header.timestamp_ms,
+        )
+        return SortitionWindow(peer_height, work, span)
+
+    def compute_window(self, previous_link: bytes, milestone_link: bytes) -> SortitionWindow:
+        """S2 window of a prospective block on ``previous_link`` linking ``milestone_link``."""
+        prev = BlockId(previous_link)
+        peer_height = 1 if prev == self.genesis.id else self.state.meta[prev].peer_height + 1
+        return self._compute_window(prev, BlockId(milestone_link), peer_height)
+
+    def _work(self, bits: int) -> int:
+        work = self._work_of_bits.get(bits)
+        if work is None:
+            work = compute_work(decode_compact(bits), self.params.max_target)
+            self._work_of_bits[bits] = work
+        return work
+
+    def _remember_invalid(self, block_id: BlockId, rule: str) -> None:
+        self._invalid[block_id] = rule
+        if len(self._invalid) > INVALID_CACHE_SIZE:
+            self._invalid.popitem(last=False)
+
+    def _remember_signature(self, txid: TxId) -> None:
+        self._sig_ok[txid] = None
+        if len(self._sig_ok) > SIGNATURE_CACHE_SIZE:
+            self._sig_ok.popitem(last=False)
+
+    # ------------------------------------------------------------------ fork choice (§4)
+    def _fork_choice(self, candidate: BlockId) -> Reorg | None:
+        """F2 for a newly accepted milestone: switch if it has strictly more chainwork."""
+        st = self.state
+        if st.snapshots[candidate].chainwork <= self.best_snapshot.chainwork:
+            return None
+        path = self._path_from_best(candidate)
+        if path is None:
+            return None
+        return self._switch_to(path)
+
+    def _path_from_best(self, candidate: BlockId) -> list[BlockId] | None:
+        """Milestones from the fork point (excluded) up to ``candidate``, or None if ineligible.
+
+        Ineligible (F2): the branch forks below Φ or contains an invalidated milestone.
+        """
+        st = self.state
+        path: list[BlockId] = []
+        cursor = candidate
+        while cursor not in st.best_height_of:
+            if cursor in st.invalidated:
+                return None
+            path.append(cursor)
+            cursor = st.blocks[cursor].header.milestone_link
+        if st.best_height_of[cursor] < st.best_height_of[st.final]:
+            return None
+        path.reverse()
+        return path
+
+    def _switch_to(self, path: list[BlockId]) -> Reorg:
+        """§4.4 switch_to: undo down to the fork point, then evaluate/apply up the new branch."""
+        st = self.state
+        old_head = self.best_id
+        fork = st.blocks[path[0]].header.milestone_link
+        undone = []
+        while self.best_id != fork:
+            undone.append(st.write_undo())
+        applied = []
+        for ms in path:
+            delta = st.deltas.get(ms)
+            if delta is None:
+                delta = self._evaluate(ms)
+                st.write_apply(delta, new=True)
+            else:
+                st.write_apply(delta, new=False)
+            applied.append(delta)
+        return Reorg(old_head, self.best_id, tuple(undone), tuple(applied))
+
+    def _evaluate(self, ms: BlockId) -> LevelSetDelta:
+        """§4.3: LS(M) and every verdict, with the stored ledger exactly L(parent(M))."""
+        st = self.state
+        blocks = st.blocks
+        ls_height = st.ls_height
+        order = compute_level_set(ms, lambda b: blocks[b].header.links, ls_height.__contains__)
+        height = st.snapshots[ms].height
+        return evaluate_level_set(
+            ms, height, order, blocks.__getitem__, self._context, st, self.params, self.genesis.id
+        )
+
+    def _context(self, block_id: BlockId) -> BlockContext:
+        st = self.state
+        meta = st.meta[block_id]
+        link = st.blocks[block_id].header.milestone_link
+        return BlockContext(
+            meta.root,
+            meta.peer_height,
+            meta.ms_link_height,
+            SortitionWindow(meta.peer_height, meta.work, meta.span_ms),
+            st.snapshots[link].hash_rate,
+        )
+
+    def _reselect_best(self) -> Reorg | None:
+        """F2 over every accepted milestone (recovery, invalidate, reconsider)."""
+        st = self.state
+        final_h = st.snapshots[st.final].height
+        eligible: dict[BlockId, bool] = {st.final: st.final not in st.invalidated}
+        best = st.final
+        ordered = sorted(st.snapshots, key=lambda b: (st.snapshots[b].height, st.meta[b].seq))
+        for ms in ordered:
+            snap = st.snapshots[ms]
+            if snap.height <= final_h:
+                continue
+            parent = st.blocks[ms].header.milestone_link
+            ok = eligible.get(parent, False) and ms not in st.invalidated
+            eligible[ms] = ok
+            if ok:
+                b = st.snapshots[best]
+                if (snap.chainwork, -st.meta[ms].seq) > (b.chainwork, -st.meta[best].seq):
+                    best = ms
+        if best == self.best_id:
+            return None
+        return self._switch_to_any(best)
+
+    def _switch_to_any(self, target: BlockId) -> Reorg:
+        st = self.state
+        path: list[BlockId] = []
+        cursor = target
+        while cursor not in st.best_height_of:
+            path.append(cursor)
+            cursor = st.blocks[cursor].header.milestone_link
+        if not path:  # target is on the best chain, below the head: undo down to it
+            old = self.best_id
+            undone = []
+            while self.best_id != target:
+                undone.append(st.write_undo())
+            return Reorg(old, target, tuple(undone), ())
+        path.reverse()
+        return self._switch_to(path)
+
+    # ------------------------------------------------------------------ operator healing (F8)
+    def invalidate(self, milestone_id: bytes) -> Reorg | None:
+        """F8 invalidate: drop M and its descendants from F2's candidates.
+
+        Raises:
+            KeyError: M is not an accepted milestone block other than genesis.
+        """
+        ms = BlockId(milestone_id)
+        st = self.state
+        if ms not in st.snapshots or ms == self.genesis.id:
+            raise KeyError("not an accepted milestone (genesis cannot be invalidated)")
+        final = st.final
+        if ms in st.best_height_of and st.best_height_of[ms] <= st.best_height_of[final]:
+            final = st.blocks[ms].header.milestone_link
+        st.write_marks(st.invalidated | {ms}, final)
+        return self._reselect_best()
+
+    def reconsider(self, milestone_id: bytes) -> Reorg | None:
+        """F8 reconsider: clear the mark and re-run fork choice."""
+        ms = BlockId(milestone_id)
+        st = self.state
+        if ms not in st.invalidated:
+            return None
+        st.write_marks(st.invalidated - {ms}, st.final)
+        return self._reselect_best()
+
+    # ------------------------------------------------------------------ mempool admission (§7.5)
+    def check_transaction(self, tx: Transaction) -> int:
+        """Policy checks of a relayed tx against the best chain; returns its fee.
+
+        Order, cheapest first: T1-T5 and T7; inputs unspent in the best chain; V7; V8; T6.
+
+        Raises:
+            InvalidTransaction: rule ``T1``..``T7`` (REJECT), ``V6`` (spent or missing input:
+                ``message`` says which), ``V7`` or ``V8`` (DROP).
+        """
+        p = self.params
+        validate_tx_stateless(tx, p)
+        if tx.kind != TxKind.TRANSFER:
+            raise InvalidTransaction(
+                "T7", "registrations and redemptions are never relayed", tx.txid
+            )
+        total_in = 0
+        found = []
+        for inp in tx.inputs:
+            utxo = self.state.utxos.get((inp.txid, inp.out_index))
+            if utxo is None:
+                spent = (inp.txid, inp.out_index) in self.state.spent
+                raise InvalidTransaction("V6", "spent-input" if spent else "missing-input", tx.txid)
+            found.append(utxo)
+            total_in += utxo.amount
+        for inp, utxo in zip(tx.inputs, found, strict=True):
+            if address_from_pubkey(inp.pubkey) != utxo.address:
+                raise InvalidTransaction("V7", "input key does not match the spent output", tx.txid)
+        fee = total_in - sum(o.amount for o in tx.outputs)
+        if fee < 0:
+            raise InvalidTransaction("V8", "outputs exceed inputs", tx.txid)
+        if tx.txid not in self._sig_ok:
+            if not verify_tx_signatures(tx, p):
+                raise InvalidTransaction("T6", "invalid signature", tx.txid)
+            self._remember_signature(tx.txid)
+        return fee
+
+    def expire_orphans(self, now_ms: int) -> int:
+        """Drop orphans older than the expiry (P13); returns how many."""
+        return len(self.orphans.expire(now_ms))
+
+    def level_set_txs(self, delta: LevelSetDelta) -> Iterable[tuple[Transaction, int]]:
+        """Each tx of a level set in total order with its reason code."""
+        i = 0
+        for bid in delta.order:
+            for tx in self.state.blocks[bid].txs:
+                yield tx, delta.reasons[i]
+                i += 1
+
+
+__all__ = ["BlockOutcome", "BlockStatus", "Chain", "Reorg"]

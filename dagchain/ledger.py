@@ -1,0 +1,283 @@
+"""Ledger evaluation of one level set in total order (PROTOCOL.md §4.3, §7.3, §7.4, §9).
+
+``evaluate_level_set`` is pure: it reads the ledger L(parent) through a :class:`LedgerView`, applies
+every transaction of LS(M) in total order (first spend wins, V1-V8; rewards R2-R7) and returns a
+:class:`LevelSetDelta` that holds enough to apply and to undo the level set (A2). A losing
+transaction never raises: it gets an INVALID reason and its block stays.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from dagchain.blocks import Block
+from dagchain.crypto import address_from_pubkey as _address_of
+from dagchain.errors import Reason
+from dagchain.params import ConsensusParams
+from dagchain.rewards import compute_block_reward, compute_milestone_bonus, is_reward_fresh
+from dagchain.sortition import SortitionWindow, is_tx_assigned
+from dagchain.transactions import Transaction, TxKind
+from dagchain.types import Address, BlockId, TxId
+
+Outpoint = tuple[bytes, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Utxo:
+    """An unspent output: amount, address and the LS height of the tx that created it."""
+
+    amount: int
+    address: Address
+    height: int
+
+
+@dataclass(frozen=True, slots=True)
+class RootRecord:
+    """Per peer chain (keyed by its root): unredeemed balance and the anchor of §9."""
+
+    balance: int
+    anchor_txid: TxId
+    anchor_address: Address
+
+
+@dataclass(frozen=True, slots=True)
+class BlockContext:
+    """What the ledger needs to know about an accepted block besides its body."""
+
+    root: BlockId
+    peer_height: int
+    milestone_link_height: int
+    window: SortitionWindow
+    hash_rate: int
+    """hash_rate of the block's milestone link snapshot (S3)."""
+
+
+class LedgerView(Protocol):
+    """Read access to a ledger L(P) (the best chain's, §7.3)."""
+
+    def get_utxo(self, outpoint: Outpoint) -> Utxo | None:
+        """The unspent output at ``outpoint``."""
+
+    def get_spender(self, outpoint: Outpoint) -> TxId | None:
+        """The txid that spent ``outpoint`` in this chain, if it was spent."""
+
+    def get_root(self, root: BlockId) -> RootRecord | None:
+        """The reward record of a peer chain."""
+
+    def is_redeemed(self, txid: TxId) -> bool:
+        """True if ``txid`` is a VALID redemption in this chain (R4 b)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpentOutput:
+    """A UTXO consumed by the level set, with what undo needs to restore it."""
+
+    txid: TxId
+    index: int
+    utxo: Utxo
+    spending_txid: TxId
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSetDelta:
+    """Evaluated LS(M): order, verdicts and the ledger changes (§4.3, §12 l and d)."""
+
+    milestone: BlockId
+    height: int
+    order: tuple[BlockId, ...]
+    reasons: bytes
+    """One reason code (§7.4) per transaction, in total order."""
+    created: tuple[tuple[TxId, int, Utxo], ...]
+    spent: tuple[SpentOutput, ...]
+    roots_before: tuple[tuple[BlockId, RootRecord | None], ...]
+    roots_after: tuple[tuple[BlockId, RootRecord], ...]
+    redemptions: tuple[tuple[TxId, BlockId], ...]
+
+
+class _Overlay:
+    """The ledger L(P) plus the changes made so far inside this level set (V1)."""
+
+    def __init__(self, view: LedgerView) -> None:
+        self.view = view
+        self.created: dict[Outpoint, Utxo] = {}
+        self.spent: dict[Outpoint, TxId] = {}
+        self.spent_list: list[SpentOutput] = []
+        self.roots: dict[BlockId, RootRecord] = {}
+        self.roots_before: dict[BlockId, RootRecord | None] = {}
+        self.redeemed: dict[TxId, BlockId] = {}
+
+    def utxo(self, op: Outpoint) -> Utxo | None:
+        if op in self.spent:
+            return None
+        found = self.created.get(op)
+        return found if found is not None else self.view.get_utxo(op)
+
+    def was_spent(self, op: Outpoint) -> bool:
+        return op in self.spent or self.view.get_spender(op) is not None
+
+    def spend(self, op: Outpoint, utxo: Utxo, spender: TxId) -> None:
+        """Mark ``op`` spent by ``spender`` (V1: visible at once)."""
+        self.spent[op] = spender
+        self.spent_list.append(SpentOutput(TxId(op[0]), op[1], utxo, spender))
+
+    def root(self, root: BlockId) -> RootRecord | None:
+        found = self.roots.get(root)
+        return found if found is not None else self.view.get_root(root)
+
+    def set_root(self, root: BlockId, record: RootRecord) -> None:
+        if root not in self.roots_before:
+            self.roots_before[root] = self.view.get_root(root)
+        self.roots[root] = record
+
+    def credit(self, root: BlockId, amount: int) -> None:
+        if amount:
+            rec = self.root(root)
+            if rec is not None:
+                self.set_root(
+                    root, RootRecord(rec.balance + amount, rec.anchor_txid, rec.anchor_address)
+                )
+
+    def is_redeemed(self, txid: TxId) -> bool:
+        return txid in self.redeemed or self.view.is_redeemed(txid)
+
+
+def evaluate_level_set(
+    milestone: BlockId,
+    height: int,
+    order: Sequence[BlockId],
+    get_block: Callable[[BlockId], Block],
+    get_context: Callable[[BlockId], BlockContext],
+    view: LedgerView,
+    params: ConsensusParams,
+    genesis_id: BlockId,
+) -> LevelSetDelta:
+    """Apply LS(M) in total order to L(parent) (§7.4 steps 1-5) and return the delta.
+
+    ``order`` is LS(M) in L2 order, ``height`` = height(M). Pure: ``view`` is only read.
+    """
+    overlay = _Overlay(view)
+    reasons = bytearray()
+    reward = compute_block_reward(height, params)
+    for block_id in order:
+        block = get_block(block_id)
+        if block_id == genesis_id:
+            continue  # genesis: no transactions, no root
+        ctx = get_context(block_id)
+        _apply_block(block, ctx, height, reward, overlay, reasons, params)
+    if milestone != genesis_id:
+        overlay.credit(
+            get_context(milestone).root, compute_milestone_bonus(height, len(order), params)
+        )
+    return _make_delta(milestone, height, order, bytes(reasons), overlay)
+
+
+def _apply_block(
+    block: Block,
+    ctx: BlockContext,
+    height: int,
+    reward: int,
+    overlay: _Overlay,
+    reasons: bytearray,
+    params: ConsensusParams,
+) -> None:
+    txs = block.txs
+    root = ctx.root
+    if ctx.peer_height == 1:
+        # Step 1 / R3: a registration block starts its peer chain; other txs are warm-up.
+        reg = txs[0]
+        overlay.set_root(root, RootRecord(0, reg.txid, reg.outputs[0].address))
+        reasons.append(Reason.VALID)
+        reasons.extend(bytes([Reason.WARMUP]) * (len(txs) - 1))
+        return
+    start = 0
+    if txs and txs[0].kind == TxKind.REDEMPTION:
+        reasons.append(_apply_redemption(txs[0], root, height, overlay))
+        start = 1
+    fees = 0
+    warm = ctx.peer_height <= params.sortition_warmup
+    stale = height - ctx.milestone_link_height > params.sortition_freshness
+    prev = block.header.previous_link
+    for tx in txs[start:]:
+        if warm:
+            reasons.append(Reason.WARMUP)
+            continue
+        if stale or not is_tx_assigned(tx.txid, prev, ctx.window, ctx.hash_rate, params):
+            reasons.append(Reason.SORTITION)
+            continue
+        verdict, fee = _apply_transfer(tx, height, overlay)
+        reasons.append(verdict)
+        fees += fee
+    if is_reward_fresh(height, ctx.milestone_link_height, params):
+        fees += reward
+    overlay.credit(root, fees)
+
+
+def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[int, int]:
+    """V6-V8 for one TRANSFER; on VALID spend and create at once (V1). Returns (reason, fee)."""
+    found: list[tuple[Outpoint, Utxo]] = []
+    for inp in tx.inputs:
+        op: Outpoint = (inp.txid, inp.out_index)
+        utxo = overlay.utxo(op)
+        if utxo is None:
+            return (Reason.DOUBLE_SPEND if overlay.was_spent(op) else Reason.MISSING_INPUT), 0
+        found.append((op, utxo))
+    for inp, (_, utxo) in zip(tx.inputs, found, strict=True):
+        if _address_of(inp.pubkey) != utxo.address:
+            return Reason.WRONG_KEY, 0
+    total_in = sum(u.amount for _, u in found)
+    total_out = sum(o.amount for o in tx.outputs)
+    if total_in < total_out:
+        return Reason.OVERSPEND, 0
+    for op, utxo in found:
+        overlay.spend(op, utxo, tx.txid)
+    for index, out in enumerate(tx.outputs):
+        overlay.created[(tx.txid, index)] = Utxo(out.amount, out.address, height)
+    return Reason.VALID, total_in - total_out
+
+
+def _apply_redemption(tx: Transaction, root: BlockId, height: int, overlay: _Overlay) -> int:
+    """R4 (a)-(d) against the record before the block's own credit, then R5."""
+    rec = overlay.root(root)
+    inp = tx.inputs[0]
+    if rec is None or inp.txid != rec.anchor_txid:
+        return Reason.BAD_ANCHOR
+    if overlay.is_redeemed(tx.txid):
+        return Reason.ALREADY_REDEEMED
+    claim = tx.outputs[1].amount if len(tx.outputs) > 1 else 0
+    if claim > rec.balance:
+        return Reason.EXCEEDS_REWARD
+    if _address_of(inp.pubkey) != rec.anchor_address:
+        return Reason.REDEEM_WRONG_KEY
+    overlay.set_root(root, RootRecord(rec.balance - claim, tx.txid, tx.outputs[0].address))
+    overlay.redeemed[tx.txid] = root
+    if claim:
+        overlay.created[(tx.txid, 1)] = Utxo(claim, tx.outputs[1].address, height)
+    return Reason.VALID
+
+
+def _make_delta(
+    milestone: BlockId, height: int, order: Sequence[BlockId], reasons: bytes, ov: _Overlay
+) -> LevelSetDelta:
+    return LevelSetDelta(
+        milestone=milestone,
+        height=height,
+        order=tuple(order),
+        reasons=reasons,
+        created=tuple((TxId(op[0]), op[1], u) for op, u in ov.created.items()),
+        spent=tuple(ov.spent_list),
+        roots_before=tuple(ov.roots_before.items()),
+        roots_after=tuple((r, ov.roots[r]) for r in ov.roots_before),
+        redemptions=tuple(ov.redeemed.items()),
+    )
+
+
+__all__ = [
+    "BlockContext",
+    "LedgerView",
+    "LevelSetDelta",
+    "Outpoint",
+    "RootRecord",
+    "SpentOutput",
+    "Utxo",
+    "evaluate_level_set",
+]
