@@ -91,6 +91,8 @@ class Chain:
         self._invalid: OrderedDict[BlockId, str] = OrderedDict()
         self._sig_ok: OrderedDict[TxId, None] = OrderedDict()
         self._work_of_bits: dict[int, int] = {}
+        self.signature_checks = 0
+        """Transactions whose signatures were verified (not answered from the cache)."""
         self._open()
 
     # ------------------------------------------------------------------ opening / recovery
@@ -335,6 +337,7 @@ class Chain:
         # (11) H9
         for tx in block.txs:
             if tx.txid not in self._sig_ok:
+                self.signature_checks += 1
                 if not verify_tx_signatures(tx, p):
                     raise RejectedBlock("H9", f"bad signature in tx {tx.txid.hex()}", bid)
                 self._remember_signature(tx.txid)
@@ -649,6 +652,7 @@ class Chain:
         if fee < 0:
             raise InvalidTransaction("V8", "outputs exceed inputs", tx.txid)
         if tx.txid not in self._sig_ok:
+            self.signature_checks += 1
             if not verify_tx_signatures(tx, p):
                 raise InvalidTransaction("T6", "invalid signature", tx.txid)
             self._remember_signature(tx.txid)
