@@ -78,8 +78,8 @@ class Block:
 
     @property
     def header_bytes(self) -> bytes:
-        """The 150 header bytes (a prefix of ``raw`` after the 4-byte array/bin headers)."""
-        return self.raw[4 : 4 + HEADER_SIZE]
+        """The 150 header bytes: ``raw`` after 0x92 (array of 2) and c4 96 (bin8 of 150)."""
+        return self.raw[3 : 3 + HEADER_SIZE]
 
 
 def make_block(header: BlockHeader, txs: Sequence[Transaction]) -> Block:

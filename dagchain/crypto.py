@@ -39,6 +39,8 @@ def address_from_pubkey(pubkey: bytes) -> Address:
 
 def verify_schnorr(pubkey: bytes, signature: bytes, message: bytes) -> bool:
     """T6: BIP340 verification through libsecp256k1; False for an invalid key or signature."""
+    if len(pubkey) != 32 or len(signature) != 64:
+        return False  # coincurve would read a longer key's first 32 bytes and ignore the rest
     try:
         return bool(PublicKeyXOnly(pubkey).verify(signature, message))
     except (ValueError, TypeError):

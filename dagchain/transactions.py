@@ -180,6 +180,11 @@ def validate_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
             raise InvalidTransaction("T5", "redemption claim out of range", tx.txid)
     else:
         raise InvalidTransaction("T1", f"unknown tx kind {tx.kind}", tx.txid)
+    # Decoded txs already have these lengths (E5); a locally built one may not.
+    if any(
+        len(i.txid) != 32 or len(i.pubkey) != 32 or len(i.signature) != 64 for i in tx.inputs
+    ) or any(len(o.address) != 32 for o in tx.outputs):
+        raise InvalidTransaction("T2", "a txid, key, signature or address length", tx.txid)
 
 
 def _validate_transfer(tx: Transaction, params: ConsensusParams) -> None:
