@@ -1,0 +1,382 @@
+"""The in-memory transaction pool: admission, eviction, conflicts, templates (§7.5, §3.4).
+
+Pure policy, no I/O. The caller (the Chain) runs the §7.5 checks that need the ledger (T1-T7, every
+input unspent in the best chain, V7, V8) before ``Mempool.add`` and passes the fee it computed;
+this module enforces the rest of §7.5: first seen wins on a pool conflict (no replacement in v1),
+the bounds ``mempool_max_txs``, ``mempool_max_bytes`` and ``mempool_expiry``, and eviction once a tx
+or a conflict of it is VALID in the best chain. ``Mempool.select_for_template`` picks the "other
+txs" of a §3.4 block template: S1-S5 for the previous link, best fee per byte first.
+
+Ordering never uses floats. A fee rate ``fee / size`` is turned into the integer key
+``fee * M // size`` with ``M = 2**(2 * max_bytes.bit_length())``. Every admitted tx has
+``size <= max_bytes < 2**b`` (b = that bit length), so two distinct rates differ by at least
+``1 / (s1 * s2) > 1 / M`` and therefore never share a key, and the key order is the exact order
+of the rationals. One sorted list of ``(-rate_key, seq, txid)`` tuples then serves both ends:
+its head is the template order (best rate, then earliest arrival, then txid) and its tail the
+eviction order (lowest rate, then newest arrival).
+
+Eviction leaves a floor: after evicting, the pool refuses any tx whose rate is not strictly above
+the highest evicted rate, so the free bytes left by a large victim are not refilled by cheaper
+txs than the ones just thrown out (Bitcoin Core's rolling minimum fee, without the time decay).
+The floor is lifted once confirmation, expiry or removal shrinks the pool to half of both caps.
+"""
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar, Literal, final
+
+from dagchain.errors import DagchainError
+from dagchain.params import ConsensusParams
+from dagchain.sortition import SortitionWindow, is_tx_assigned
+from dagchain.transactions import Transaction
+from dagchain.types import TxId
+
+__all__ = [
+    "Mempool",
+    "MempoolConflict",
+    "MempoolDuplicate",
+    "MempoolEntry",
+    "MempoolError",
+    "MempoolErrorCode",
+    "MempoolFull",
+    "Outpoint",
+]
+
+Outpoint = tuple[bytes, int]
+"""(txid, out_index) of a spent output; the same shape as ``dagchain.ledger.Outpoint``."""
+MempoolErrorCode = Literal["conflict", "full", "duplicate"]
+
+_OrderKey = tuple[int, int, TxId, int]
+"""``(-rate_key, seq, txid, size)``: ascending is template order, descending eviction order.
+
+``seq`` is unique, so comparisons never reach ``txid`` or ``size``; ``size`` rides along so that
+the template walk reads only the list (the walk is memory-bound at 50,000 txs)."""
+_ExpiryItem = tuple[int, int, TxId]
+"""``(arrival_ms, seq, txid)`` in a lazily cleaned min-heap."""
+_HEAP_SLACK = 64
+"""Stale expiry-heap items tolerated beyond the pool size before the heap is rebuilt."""
+
+
+class MempoolError(DagchainError):
+    """A tx the pool does not take (§7.5); the pool is unchanged. ``code`` names the cause."""
+
+    code: ClassVar[MempoolErrorCode]
+
+    def __init__(self, message: str, txid: TxId) -> None:
+        super().__init__(f"{self.code}: {message}")
+        self.message = message
+        self.txid = txid
+
+
+class MempoolDuplicate(MempoolError):
+    """The tx is already in the pool."""
+
+    code = "duplicate"
+
+
+class MempoolConflict(MempoolError):
+    """An input outpoint is already spent by a pool tx: first seen wins, no replacement (§7.5)."""
+
+    code = "conflict"
+
+    def __init__(self, message: str, txid: TxId, conflicting_txid: TxId) -> None:
+        super().__init__(message, txid)
+        self.conflicting_txid = conflicting_txid
+
+
+class MempoolFull(MempoolError):
+    """No room: the fee rate does not beat what would have to be evicted, or the tx is too big."""
+
+    code = "full"
+
+
+@dataclass(frozen=True, slots=True)
+class MempoolEntry:
+    """A pool tx with the fee the caller computed (V3), its byte size and arrival order."""
+
+    tx: Transaction
+    fee: int
+    size: int
+    """``len(tx.raw)``: the canonical size the fee rate and the byte caps count."""
+    arrival_ms: int
+    seq: int
+    """Arrival sequence number, unique per pool: the tie-break of equal fee rates."""
+
+
+@final
+class Mempool:
+    """Unconfirmed TRANSFERs waiting for a block (§7.5 bounds, §3.4 selection).
+
+    Args:
+        params: Network parameters; supply the default caps and expiry.
+        max_txs: Cap on the number of txs (default ``params.mempool_max_txs``).
+        max_bytes: Cap on the sum of ``len(tx.raw)`` (default ``params.mempool_max_bytes``).
+        expiry_ms: A tx older than this is dropped by ``expire`` (default
+            ``params.mempool_expiry_ms``).
+
+    Raises:
+        ValueError: a negative cap or expiry.
+    """
+
+    def __init__(
+        self,
+        params: ConsensusParams,
+        max_txs: int | None = None,
+        max_bytes: int | None = None,
+        expiry_ms: int | None = None,
+    ) -> None:
+        self.params = params
+        self.max_txs = params.mempool_max_txs if max_txs is None else max_txs
+        self.max_bytes = params.mempool_max_bytes if max_bytes is None else max_bytes
+        self.expiry_ms = params.mempool_expiry_ms if expiry_ms is None else expiry_ms
+        if min(self.max_txs, self.max_bytes, self.expiry_ms) < 0:
+            raise ValueError("mempool caps and expiry must not be negative")
+        self._rate_scale = 1 << (2 * self.max_bytes.bit_length())
+        self._entries: dict[TxId, MempoolEntry] = {}
+        self._keys: dict[TxId, _OrderKey] = {}
+        self._order: list[_OrderKey] = []
+        self._spenders: dict[Outpoint, TxId] = {}
+        self._expiry_heap: list[_ExpiryItem] = []
+        self._total_bytes = 0
+        self._next_seq = 0
+        self._floor: tuple[int, int, int] | None = None  # (rate_key, fee, size) of an evicted tx
+
+    # ------------------------------------------------------------------ queries
+
+    def __contains__(self, txid: object) -> bool:
+        return txid in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, txid: bytes) -> MempoolEntry | None:
+        """The entry of ``txid``, if it is in the pool."""
+        return self._entries.get(TxId(txid))
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of ``len(tx.raw)`` over the pool."""
+        return self._total_bytes
+
+    @property
+    def min_fee_rate(self) -> tuple[int, int] | None:
+        """``(fee, size)`` of the eviction floor: a new tx needs a strictly higher fee per byte.
+
+        None when no eviction floor is in force (the pool still refuses a tx that would need
+        to evict a tx of an equal or higher rate).
+        """
+        return None if self._floor is None else (self._floor[1], self._floor[2])
+
+    def spender_of(self, outpoint: Outpoint) -> TxId | None:
+        """The pool tx that spends ``outpoint``, if any."""
+        return self._spenders.get(outpoint)
+
+    def conflicts_with(self, outpoints: Iterable[Outpoint]) -> TxId | None:
+        """The pool tx spending the first of ``outpoints`` that a pool tx spends, if any."""
+        for outpoint in outpoints:
+            spender = self._spenders.get(outpoint)
+            if spender is not None:
+                return spender
+        return None
+
+    def txids_by_fee_rate(self, limit: int | None = None) -> list[TxId]:
+        """Pool txids, best fee per byte first (ties: earlier arrival, then txid)."""
+        keys = self._order if limit is None else self._order[: max(0, limit)]
+        return [key[2] for key in keys]
+
+    # ------------------------------------------------------------------ admission
+
+    def add(self, tx: Transaction, fee: int, now_ms: int) -> list[TxId]:
+        """Admit a tx the caller has checked against the best chain (§7.5).
+
+        Evicts the lowest fee rates (ties: newest arrival first), only as many as needed to
+        respect ``max_txs`` and ``max_bytes``, and only txs of a strictly lower rate.
+
+        Args:
+            tx: A TRANSFER that passed T1-T7, the best-chain UTXO check, V7 and V8.
+            fee: Its fee, Σ inputs - Σ outputs (V3); at least 0.
+            now_ms: Arrival time, for ``expire``.
+
+        Returns:
+            The txids evicted to make room, lowest fee rate first.
+
+        Raises:
+            MempoolDuplicate: the tx is already in the pool.
+            MempoolConflict: an input outpoint is spent by a pool tx (first seen wins).
+            MempoolFull: the tx is larger than ``max_bytes``, its fee rate is not above the
+                eviction floor, or making room would evict a tx of an equal or higher rate.
+            ValueError: a negative fee.
+        """
+        if tx.txid in self._entries:
+            raise MempoolDuplicate("transaction already in the mempool", tx.txid)
+        conflict = self.conflicts_with((i.txid, i.out_index) for i in tx.inputs)
+        if conflict is not None:
+            raise MempoolConflict(
+                f"an input is already spent by mempool tx {conflict.hex()}", tx.txid, conflict
+            )
+        if fee < 0:
+            raise ValueError("a fee cannot be negative")
+        size = len(tx.raw)
+        rate_key = self._rate_key(fee, size)
+        victims = self._victims_for(tx.txid, size, rate_key)
+        for victim in victims:
+            self._raise_floor(self._entries[victim])
+            self._remove_entry(victim)
+        self._insert(MempoolEntry(tx, fee, size, now_ms, self._next_seq), rate_key)
+        self._next_seq += 1
+        return victims
+
+    def _rate_key(self, fee: int, size: int) -> int:
+        # Exact for size <= max_bytes (module docstring); larger txs are refused before use.
+        return fee * self._rate_scale // max(1, size)
+
+    def _victims_for(self, txid: TxId, size: int, rate_key: int) -> list[TxId]:
+        """The txs to evict so that a tx of this size and rate fits; raises MempoolFull."""
+        if size > self.max_bytes or self.max_txs == 0:
+            raise MempoolFull(f"a {size}-byte tx never fits this mempool", txid)
+        if self._floor is not None and rate_key <= self._floor[0]:
+            raise MempoolFull("fee rate not above the mempool's eviction floor", txid)
+        excess_bytes = self._total_bytes + size - self.max_bytes
+        excess_txs = len(self._entries) + 1 - self.max_txs
+        victims: list[TxId] = []
+        position = len(self._order)
+        while excess_bytes > 0 or excess_txs > 0:
+            position -= 1
+            neg_rate, _, victim, victim_size = self._order[position]
+            if -neg_rate >= rate_key:
+                raise MempoolFull("fee rate not above the lowest it would have to evict", txid)
+            victims.append(victim)
+            excess_bytes -= victim_size
+            excess_txs -= 1
+        return victims
+
+    def _raise_floor(self, entry: MempoolEntry) -> None:
+        rate_key = -self._keys[entry.tx.txid][0]
+        if self._floor is None or rate_key > self._floor[0]:
+            self._floor = (rate_key, entry.fee, entry.size)
+
+    def _insert(self, entry: MempoolEntry, rate_key: int) -> None:
+        txid = entry.tx.txid
+        self._entries[txid] = entry
+        key = (-rate_key, entry.seq, txid, entry.size)
+        self._keys[txid] = key
+        insort(self._order, key)
+        for inp in entry.tx.inputs:
+            self._spenders[(inp.txid, inp.out_index)] = txid
+        heapq.heappush(self._expiry_heap, (entry.arrival_ms, entry.seq, txid))
+        self._total_bytes += entry.size
+
+    # ------------------------------------------------------------------ removal
+
+    def remove(self, txid: bytes) -> bool:
+        """Drop a tx (e.g. it sits in a newly accepted block, §3.4); False if it was absent."""
+        if TxId(txid) not in self._entries:
+            return False
+        self._remove_entry(TxId(txid))
+        self._after_shrink()
+        return True
+
+    def remove_confirmed(self, txs: Iterable[Transaction]) -> list[TxId]:
+        """Evict txs that became VALID in the best chain and every pool tx conflicting with them.
+
+        §7.5: "evict a tx once it or a conflict is VALID". A conflict is a pool tx spending an
+        outpoint that a confirmed tx spends.
+
+        Returns:
+            The removed txids, in the order of ``txs`` (each tx, then its conflicts in input order).
+        """
+        removed: list[TxId] = []
+        for tx in txs:
+            if tx.txid in self._entries:
+                self._remove_entry(tx.txid)
+                removed.append(tx.txid)
+            for inp in tx.inputs:
+                spender = self._spenders.get((inp.txid, inp.out_index))
+                if spender is not None:
+                    self._remove_entry(spender)
+                    removed.append(spender)
+        self._after_shrink()
+        return removed
+
+    def expire(self, now_ms: int) -> list[TxId]:
+        """Drop txs older than ``expiry_ms`` (``now_ms - arrival_ms > expiry_ms``), oldest first."""
+        expired: list[TxId] = []
+        heap = self._expiry_heap
+        while heap and now_ms - heap[0][0] > self.expiry_ms:
+            _, seq, txid = heapq.heappop(heap)
+            entry = self._entries.get(txid)
+            if entry is not None and entry.seq == seq:
+                self._remove_entry(txid)
+                expired.append(txid)
+        self._after_shrink()
+        return expired
+
+    def _remove_entry(self, txid: TxId) -> None:
+        entry = self._entries.pop(txid)
+        del self._order[bisect_left(self._order, self._keys.pop(txid))]
+        for inp in entry.tx.inputs:
+            del self._spenders[(inp.txid, inp.out_index)]
+        self._total_bytes -= entry.size
+        if len(self._expiry_heap) > 2 * len(self._entries) + _HEAP_SLACK:
+            self._expiry_heap = [(e.arrival_ms, e.seq, t) for t, e in self._entries.items()]
+            heapq.heapify(self._expiry_heap)
+
+    def _after_shrink(self) -> None:
+        """Lift the eviction floor once the pool is down to half of both caps."""
+        if 2 * self._total_bytes <= self.max_bytes and 2 * len(self._entries) <= self.max_txs:
+            self._floor = None
+
+    # ------------------------------------------------------------------ templates
+
+    def select_for_template(
+        self,
+        previous_link: bytes,
+        window: SortitionWindow,
+        hash_rate: int,
+        max_txs: int,
+        max_bytes: int,
+        skip: Callable[[TxId], bool] | None = None,
+    ) -> list[Transaction]:
+        """The "other txs" of a §3.4 block template for one peer chain.
+
+        Walks the pool best fee per byte first (ties: earlier arrival, then txid) and takes
+        each tx that passes S1-S5 (§8.1) for ``previous_link``, fits the remaining byte budget
+        and is not skipped, until ``max_txs`` txs are taken or no bytes are left. A tx too big
+        for what is left is passed over, so a smaller one further down may still fit. No two
+        chosen txs spend one outpoint. The result depends only on the pool and the arguments.
+
+        Args:
+            previous_link: The template's previous link (S4 draws a fresh distance per link).
+            window: The S2 values of the block being built (peer height, W, S).
+            hash_rate: Hr of the milestone link (S3).
+            max_txs: At most this many txs (``block_capacity`` - 1 leaves room for tx[0]).
+            max_bytes: Sum of ``len(tx.raw)`` at most this (``max_block_bytes`` - 512 in §3.4).
+            skip: Passes over a txid for which it returns True (a tx already in a pending
+                block, §3.4).
+
+        Returns:
+            The chosen txs in the order they were picked (best fee rate first).
+        """
+        chosen: list[Transaction] = []
+        if max_txs <= 0 or max_bytes <= 0:
+            return chosen
+        spent: set[Outpoint] = set()
+        budget = max_bytes
+        entries, params, assigned = self._entries, self.params, is_tx_assigned
+        for _, _, txid, size in self._order:
+            if size > budget or (skip is not None and skip(txid)):
+                continue
+            if not assigned(txid, previous_link, window, hash_rate, params):
+                continue
+            entry = entries[txid]
+            outpoints = [(i.txid, i.out_index) for i in entry.tx.inputs]
+            if not spent.isdisjoint(outpoints):
+                continue
+            spent.update(outpoints)
+            chosen.append(entry.tx)
+            budget -= size
+            if len(chosen) >= max_txs or budget <= 0:
+                break
+        return chosen
