@@ -5,6 +5,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgpack
+
 from dagchain.crypto import merkle_root
 from dagchain.encoding import expect_bin, expect_list, pack, unpack_canonical
 from dagchain.errors import EncodingError
@@ -103,8 +105,28 @@ def decode_block(data: bytes, params: ConsensusParams) -> Block:
     obj = unpack_canonical(data, params.max_block_bytes)
     header_bin, tx_objs = expect_list(obj, "block", 2)
     header = decode_header(expect_bin(header_bin, "header", HEADER_SIZE))
-    txs = tuple(tx_from_obj(t) for t in expect_list(tx_objs, "block txs"))
-    return Block(header, txs, bytes(data), compute_block_id(header_bin))
+    tx_list = expect_list(tx_objs, "block txs")
+    data = bytes(data)
+    raws = _tx_slices(data, len(tx_list))
+    txs = tuple([tx_from_obj(t, r) for t, r in zip(tx_list, raws, strict=True)])
+    return Block(header, txs, data, compute_block_id(header_bin))
+
+
+def _tx_slices(data: bytes, count: int) -> list[bytes]:
+    """The canonical bytes of each tx: slices of the (already canonical) block encoding."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data))
+    unpacker.feed(data)
+    unpacker.read_array_header()
+    unpacker.skip()
+    unpacker.read_array_header()
+    start = unpacker.tell()
+    out = []
+    for _ in range(count):
+        unpacker.skip()
+        end = unpacker.tell()
+        out.append(data[start:end])
+        start = end
+    return out
 
 
 __all__ = [

@@ -3,12 +3,16 @@
 import hashlib
 from collections.abc import Sequence
 
-from coincurve import PrivateKey, PublicKeyXOnly
+from coincurve import PrivateKey
+from coincurve._libsecp256k1 import ffi as _ffi
+from coincurve._libsecp256k1 import lib as _lib
+from coincurve.context import GLOBAL_CONTEXT
 
 from dagchain.errors import EncodingError
 from dagchain.types import Address
 
 ZERO_HASH = bytes(32)
+_CTX = GLOBAL_CONTEXT.ctx
 
 
 def hash32(data: bytes) -> bytes:
@@ -38,13 +42,17 @@ def address_from_pubkey(pubkey: bytes) -> Address:
 
 
 def verify_schnorr(pubkey: bytes, signature: bytes, message: bytes) -> bool:
-    """T6: BIP340 verification through libsecp256k1; False for an invalid key or signature."""
-    if len(pubkey) != 32 or len(signature) != 64:
+    """T6: BIP340 verification through libsecp256k1; False for an invalid key or signature.
+
+    Calls libsecp256k1 through coincurve's cffi binding directly (parse the x-only key, verify),
+    which is what ``PublicKeyXOnly(pubkey).verify`` does, without its per-call object overhead.
+    """
+    if len(pubkey) != 32 or len(signature) != 64 or len(message) != 32:
         return False  # coincurve would read a longer key's first 32 bytes and ignore the rest
-    try:
-        return bool(PublicKeyXOnly(pubkey).verify(signature, message))
-    except (ValueError, TypeError):
+    key = _ffi.new("secp256k1_xonly_pubkey *")
+    if not _lib.secp256k1_xonly_pubkey_parse(_CTX, key, pubkey):
         return False
+    return bool(_lib.secp256k1_schnorrsig_verify(_CTX, signature, message, 32, key))
 
 
 def sign_schnorr(secret: bytes, message: bytes, aux_rand: bytes) -> bytes:

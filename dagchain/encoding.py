@@ -27,9 +27,7 @@ def unpack_canonical(data: bytes, max_bytes: int) -> Any:
     if len(data) > max_bytes:
         raise EncodingError(f"{len(data)} bytes exceed the limit of {max_bytes}")
     try:
-        obj = msgpack.unpackb(
-            data, use_list=True, raw=False, strict_map_key=True
-        )
+        obj = msgpack.unpackb(data, use_list=True, raw=False, strict_map_key=True)
     except msgpack.ExtraData:
         raise EncodingError("trailing bytes after the top-level object") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
@@ -68,4 +66,13 @@ def expect_bin(obj: Any, what: str, length: int | None = None) -> bytes:
     return obj
 
 
-__all__ = ["U16", "U32", "U64", "expect_bin", "expect_int", "expect_list", "pack", "unpack_canonical"]
+__all__ = [
+    "U16",
+    "U32",
+    "U64",
+    "expect_bin",
+    "expect_int",
+    "expect_list",
+    "pack",
+    "unpack_canonical",
+]

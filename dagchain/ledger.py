@@ -6,6 +6,7 @@ every transaction of LS(M) in total order (first spend wins, V1-V8; rewards R2-R
 transaction never raises: it gets an INVALID reason and its block stays.
 """
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -15,7 +16,7 @@ from dagchain.crypto import address_from_pubkey as _address_of
 from dagchain.errors import Reason
 from dagchain.params import ConsensusParams
 from dagchain.rewards import compute_block_reward, compute_milestone_bonus, is_reward_fresh
-from dagchain.sortition import SortitionWindow, is_tx_assigned
+from dagchain.sortition import SORTITION_TAG, SortitionWindow, assignment_bound
 from dagchain.transactions import Transaction, TxKind
 from dagchain.types import Address, BlockId, TxId
 
@@ -194,14 +195,24 @@ def _apply_block(
         reasons.append(_apply_redemption(txs[0], root, height, overlay))
         start = 1
     fees = 0
-    warm = ctx.peer_height <= params.sortition_warmup
-    stale = height - ctx.milestone_link_height > params.sortition_freshness
-    prev = block.header.previous_link
-    for tx in txs[start:]:
-        if warm:
-            reasons.append(Reason.WARMUP)
-            continue
-        if stale or not is_tx_assigned(tx.txid, prev, ctx.window, ctx.hash_rate, params):
+    rest = txs[start:]
+    if ctx.peer_height <= params.sortition_warmup:  # V4 / S1
+        reasons.extend(bytes([Reason.WARMUP]) * len(rest))
+        rest = ()
+    elif height - ctx.milestone_link_height > params.sortition_freshness:  # V5 / S6
+        reasons.extend(bytes([Reason.SORTITION]) * len(rest))
+        rest = ()
+    factor, bound = assignment_bound(ctx.window, ctx.hash_rate, params)
+    # S4: the hash state over tag and previous link is computed once and copied per tx.
+    base = hashlib.blake2b(SORTITION_TAG + block.header.previous_link, digest_size=32)
+    for tx in rest:
+        if factor:
+            h = base.copy()
+            h.update(tx.txid)
+            if int.from_bytes(h.digest(), "little") * factor >= bound:  # V5 / S5
+                reasons.append(Reason.SORTITION)
+                continue
+        elif bound <= 0:
             reasons.append(Reason.SORTITION)
             continue
         verdict, fee = _apply_transfer(tx, height, overlay)
@@ -215,23 +226,26 @@ def _apply_block(
 def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[int, int]:
     """V6-V8 for one TRANSFER; on VALID spend and create at once (V1). Returns (reason, fee)."""
     found: list[tuple[Outpoint, Utxo]] = []
-    for inp in tx.inputs:
+    spent, created, view_utxo = overlay.spent, overlay.created, overlay.view.get_utxo
+    for inp in tx.inputs:  # V6
         op: Outpoint = (inp.txid, inp.out_index)
-        utxo = overlay.utxo(op)
+        utxo = None if op in spent else (created.get(op) or view_utxo(op))
         if utxo is None:
             return (Reason.DOUBLE_SPEND if overlay.was_spent(op) else Reason.MISSING_INPUT), 0
         found.append((op, utxo))
-    for inp, (_, utxo) in zip(tx.inputs, found, strict=True):
+    total_in = 0
+    for inp, (_, utxo) in zip(tx.inputs, found, strict=True):  # V7
         if _address_of(inp.pubkey) != utxo.address:
             return Reason.WRONG_KEY, 0
-    total_in = sum(u.amount for _, u in found)
-    total_out = sum(o.amount for o in tx.outputs)
-    if total_in < total_out:
+        total_in += utxo.amount
+    total_out = sum([o.amount for o in tx.outputs])
+    if total_in < total_out:  # V8
         return Reason.OVERSPEND, 0
+    txid = tx.txid
     for op, utxo in found:
-        overlay.spend(op, utxo, tx.txid)
+        overlay.spend(op, utxo, txid)
     for index, out in enumerate(tx.outputs):
-        overlay.created[(tx.txid, index)] = Utxo(out.amount, out.address, height)
+        created[(txid, index)] = Utxo(out.amount, out.address, height)
     return Reason.VALID, total_in - total_out
 
 

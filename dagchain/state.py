@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagchain.blocks import Block, decode_block
+from dagchain.encoding import pack
 from dagchain.errors import EncodingError, StorageError
 from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, SpentOutput, Utxo
 from dagchain.params import ConsensusParams
@@ -212,8 +213,8 @@ class ChainState:
             if new_peer_head:
                 wb.put(S.P_PEER_HEAD + meta.root, S.encode_row([bid, meta.peer_height]))
             for tx in block.txs:
-                wb.put(S.P_TX_INDEX + tx.txid + bid, S.encode_row([]))
-            wb.put(S.P_PENDING + bid, S.encode_row([]))
+                wb.put(S.P_TX_INDEX + tx.txid + bid, S.EMPTY_ROW)
+            wb.put(S.P_PENDING + bid, S.EMPTY_ROW)
             wb.put(S.META_SEQ, S.encode_row([meta.seq + 1]))
             if snapshot is not None:
                 wb.put(S.P_SNAPSHOT + bid, snapshot_row(snapshot))
@@ -237,15 +238,16 @@ class ChainState:
             if new:
                 wb.put(S.P_LEVEL_SET + delta.milestone, level_set_row(delta))
                 wb.put(S.P_DELTA + delta.milestone, delta_row(delta))
-            for txid, index, utxo in delta.created:
-                self._put_utxo(wb, txid, index, utxo)
-            for sp in delta.spent:
-                wb.delete(S.outpoint_key(S.P_UTXO, sp.txid, sp.index))
-                wb.delete(S.address_key(sp.utxo.address, sp.txid, sp.index))
-                wb.put(
-                    S.outpoint_key(S.P_SPENT, sp.txid, sp.index),
-                    S.encode_row([sp.spending_txid, h]),
-                )
+            put, delete, empty = wb.put, wb.delete, S.EMPTY_ROW
+            for txid, index, utxo in delta.created:  # u and o rows, keys as in schema
+                ikey = index.to_bytes(4, "big")
+                put(b"u" + txid + ikey, pack([utxo.amount, utxo.address, utxo.height]))
+                put(b"o" + utxo.address + txid + ikey, empty)
+            for sp in delta.spent:  # u and o rows go, a k row records the spend
+                ikey = sp.index.to_bytes(4, "big")
+                delete(b"u" + sp.txid + ikey)
+                delete(b"o" + sp.utxo.address + sp.txid + ikey)
+                put(b"k" + sp.txid + ikey, pack([sp.spending_txid, h]))
             for root, rec in delta.roots_after:
                 wb.put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
             for txid, root in delta.redemptions:
@@ -296,7 +298,7 @@ class ChainState:
                 wb.delete(S.P_REDEEMED + txid)
             for bid in delta.order:
                 wb.delete(S.P_LS_HEIGHT + bid)
-                wb.put(S.P_PENDING + bid, S.encode_row([]))
+                wb.put(S.P_PENDING + bid, S.EMPTY_ROW)
             wb.delete(S.height_key(S.P_HEIGHT, h))
             chainwork = self.snapshots[parent].chainwork
             wb.put(S.HEAD, head_row(HeadRecord(parent, h - 1, chainwork, self.final)))
@@ -325,7 +327,7 @@ class ChainState:
             for bid in self.invalidated - invalidated:
                 wb.delete(S.P_INVALIDATED + bid)
             for bid in invalidated - self.invalidated:
-                wb.put(S.P_INVALIDATED + bid, S.encode_row([]))
+                wb.put(S.P_INVALIDATED + bid, S.EMPTY_ROW)
             wb.put(
                 S.HEAD,
                 head_row(
@@ -354,7 +356,7 @@ class ChainState:
             S.outpoint_key(S.P_UTXO, txid, index),
             S.encode_row([utxo.amount, utxo.address, utxo.height]),
         )
-        wb.put(S.address_key(utxo.address, txid, index), S.encode_row([]))
+        wb.put(S.address_key(utxo.address, txid, index), S.EMPTY_ROW)
 
     # --- genesis and loading ---
     def write_genesis(

@@ -100,12 +100,50 @@ def tx_from_obj(obj: Any, raw: bytes | None = None) -> Transaction:
     fields = expect_list(obj, "tx", 4)
     version = expect_int(fields[0], "tx version", U64)
     kind = expect_int(fields[1], "tx kind", U64)
-    inputs = tuple(_input_from_obj(i) for i in expect_list(fields[2], "tx inputs"))
-    outputs = tuple(_output_from_obj(o) for o in expect_list(fields[3], "tx outputs"))
+    inputs = tuple(
+        [
+            TxIn(i[0], i[1], i[2], i[3]) if _is_input(i) else _input_from_obj(i)
+            for i in expect_list(fields[2], "tx inputs")
+        ]
+    )
+    outputs = tuple(
+        [
+            TxOut(o[0], o[1]) if _is_output(o) else _output_from_obj(o)
+            for o in expect_list(fields[3], "tx outputs")
+        ]
+    )
     if raw is None:
         raw = pack(obj)
     return Transaction(
         version, kind, inputs, outputs, raw, TxId(hashlib.blake2b(raw, digest_size=32).digest())
+    )
+
+
+def _is_input(i: Any) -> bool:
+    """Fast path of the E5 type check of one input (the slow path names the failure)."""
+    return (
+        type(i) is list
+        and len(i) == 4
+        and type(i[0]) is bytes
+        and len(i[0]) == 32
+        and type(i[1]) is int
+        and 0 <= i[1] <= U32
+        and type(i[2]) is bytes
+        and len(i[2]) == 32
+        and type(i[3]) is bytes
+        and len(i[3]) == 64
+    )
+
+
+def _is_output(o: Any) -> bool:
+    """Fast path of the E5 type check of one output."""
+    return (
+        type(o) is list
+        and len(o) == 2
+        and type(o[0]) is int
+        and 0 <= o[0] <= U64
+        and type(o[1]) is bytes
+        and len(o[1]) == 32
     )
 
 

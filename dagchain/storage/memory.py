@@ -12,10 +12,10 @@ class _Batch:
         self.ops: list[tuple[bytes, bytes | None]] = []
 
     def put(self, key: bytes, value: bytes) -> None:
-        self.ops.append((bytes(key), bytes(value)))
+        self.ops.append((key, value))
 
     def delete(self, key: bytes) -> None:
-        self.ops.append((bytes(key), None))
+        self.ops.append((key, None))
 
 
 class MemoryStore:

@@ -61,6 +61,10 @@ def address_key(address: bytes, txid: bytes, index: int) -> bytes:
     return P_ADDRESS + address + txid + index.to_bytes(4, "big")
 
 
+EMPTY_ROW = pack([])
+"""The value of index rows that carry no data (t, p, o, i)."""
+
+
 def encode_row(fields: list[Any]) -> bytes:
     """A row value: a canonical msgpack array."""
     return pack(fields)
@@ -82,6 +86,7 @@ def decode_row(data: bytes, key: bytes) -> list[Any]:
 
 
 __all__ = [
+    "EMPTY_ROW",
     "HEAD",
     "META_GENESIS",
     "META_NETWORK",

@@ -1,0 +1,187 @@
+"""Core throughput benchmark: validate and apply blocks of 128 signed transactions (issue 2).
+
+Run: ``python bench/core.py [--blocks N] [--levelset-blocks N]``. Prints a table and, as its last
+line, ``tx_per_s: <number>``: transactions fully validated (decode, stateless rules, signatures)
+and applied to the ledger (level-set ordering, V1-V8, rewards, one store batch per milestone) per
+second on one core, with the in-memory store.
+"""
+
+import argparse
+import cProfile
+import gc
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dagchain.blocks import Block, decode_block
+from dagchain.chain import Chain
+from dagchain.genesis import FAUCET_SECRET
+from dagchain.levelset import compute_level_set
+from dagchain.params import SIM, ConsensusParams
+from dagchain.storage.memory import MemoryStore
+from dagchain.transactions import TxKind, TxOut, sign_transaction, verify_tx_signatures
+from dagchain.types import Address, BlockId, TxId
+from tests.dagchain.builders import address_of_secret, build_block, secret_of
+
+TXS_PER_BLOCK = 128
+BLOCKS_PER_LEVEL_SET = 8
+NOW = SIM.genesis_timestamp_ms + 10**10
+
+
+def bench_params() -> ConsensusParams:
+    """SIM with a short warm-up and uniform c = 1: every tx is assigned, S4 is still hashed."""
+    return SIM.replace(
+        sortition_warmup=2, sortition_weighting="uniform", sortition_c_num=1, sortition_c_den=1
+    )
+
+
+def build_workload(params: ConsensusParams, blocks: int) -> tuple[MemoryStore, list[Block]]:
+    """A chain after setup (2 peer chains past warm-up, faucet split) and the blocks to time."""
+    store = MemoryStore()
+    chain = Chain(params, store)
+    gid = chain.genesis_id
+    key = secret_of(7)
+    addr = Address(address_of_secret(key))
+    heads = []
+    for i in range(2):
+        b = build_block(
+            chain, previous=gid, tip=gid, register=bytes([i]) * 32, want_milestone=False
+        )
+        chain.on_block(b.raw, NOW)
+        heads.append(b.id)
+    for _ in range(3):
+        for i in range(2):
+            b = build_block(chain, previous=heads[i], tip=heads[1 - i], want_milestone=False)
+            chain.on_block(b.raw, NOW)
+            heads[i] = b.id
+    # Split the 64 faucet outputs into 64 x 63 outputs of the bench key, then confirm them.
+    splits = [
+        sign_transaction(
+            TxKind.TRANSFER,
+            [(TxId(gid), i)],
+            [TxOut(10**9, addr)] * 63,
+            [FAUCET_SECRET],
+            params,
+        )
+        for i in range(params.faucet_outputs)
+    ]
+    b = build_block(chain, previous=heads[0], tip=heads[1], txs=splits, want_milestone=False)
+    chain.on_block(b.raw, NOW)
+    heads[0] = b.id
+    b = build_block(chain, previous=heads[1], tip=heads[0], want_milestone=True)
+    chain.on_block(b.raw, NOW)
+    heads[1] = b.id
+    coins = [(s.txid, j) for s in splits for j in range(63)]
+    timed: list[Block] = []
+    # Blocks to time are built on a scratch copy so the measured chain sees them fresh.
+    scratch = Chain(params, _copy(store))
+    for n in range(blocks):
+        txs = []
+        for _ in range(TXS_PER_BLOCK):
+            txid, index = coins.pop(0)
+            tx = sign_transaction(
+                TxKind.TRANSFER,
+                [(txid, index)],
+                [TxOut(6 * 10**8, addr), TxOut(4 * 10**8 - 1000, addr)],
+                [key],
+                params,
+            )
+            coins.extend([(tx.txid, 0), (tx.txid, 1)])
+            txs.append(tx)
+        side = n % 2
+        want = (n + 1) % BLOCKS_PER_LEVEL_SET == 0
+        b = build_block(
+            scratch, previous=heads[side], tip=heads[1 - side], txs=txs, want_milestone=want
+        )
+        scratch.on_block(b.raw, NOW)
+        heads[side] = b.id
+        timed.append(b)
+    return store, timed
+
+
+def _copy(store: MemoryStore) -> MemoryStore:
+    copy = MemoryStore()
+    with copy.write_batch() as wb:
+        for k, v in store.snapshot().items():
+            wb.put(k, v)
+    return copy
+
+
+def time_full(params: ConsensusParams, store: MemoryStore, blocks: list[Block]) -> float:
+    """Seconds to run on_block over every block on a fresh chain reopened from ``store``."""
+    chain = Chain(params, _copy(store))
+    start = time.perf_counter()
+    for b in blocks:
+        chain.on_block(b.raw, NOW)
+    elapsed = time.perf_counter() - start
+    assert chain.best_height >= len(blocks) // BLOCKS_PER_LEVEL_SET, "milestones not applied"
+    return elapsed
+
+
+def time_levelset(n: int) -> float:
+    """Seconds to order one level set of ``n`` blocks (two interleaved peer chains, tip links)."""
+    links: dict[BlockId, tuple[BlockId, BlockId, BlockId]] = {}
+    genesis = BlockId(bytes(32))
+    ids = [BlockId(i.to_bytes(32, "little")) for i in range(1, n + 1)]
+    for i, bid in enumerate(ids):
+        prev = ids[i - 2] if i >= 2 else genesis
+        tip = ids[i - 1] if i >= 1 else genesis
+        links[bid] = (genesis, prev, tip if tip != prev else genesis)
+    start = time.perf_counter()
+    order = compute_level_set(ids[-1], links.__getitem__, lambda b: b == genesis)
+    elapsed = time.perf_counter() - start
+    assert len(order) == n
+    return elapsed
+
+
+def main() -> None:
+    """Run the benchmark and print the table; last line ``tx_per_s``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=48, help="blocks of 128 txs to time")
+    parser.add_argument("--levelset-blocks", type=int, default=10_000)
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of the full run")
+    args = parser.parse_args()
+    params = bench_params()
+    print(f"building {args.blocks} blocks of {TXS_PER_BLOCK} signed txs ...", file=sys.stderr)
+    store, blocks = build_workload(params, args.blocks)
+    ntx = sum(len(b.txs) for b in blocks)
+    raws = [b.raw for b in blocks]
+
+    t0 = time.perf_counter()
+    decoded = [decode_block(r, params) for r in raws]
+    t_decode = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for b in decoded:
+        for tx in b.txs:
+            verify_tx_signatures(tx, params)
+    t_sigs = time.perf_counter() - t0
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        time_full(params, store, blocks)
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    gc.collect()
+    gc.freeze()  # as a long-running node does after loading: old objects leave GC scans
+    t_full = min(time_full(params, store, blocks) for _ in range(3))
+    t_ls = time_levelset(args.levelset_blocks)
+
+    rows = [
+        ("decode blocks (H1, E3-E6)", t_decode, ntx / t_decode),
+        ("verify signatures (T6)", t_sigs, ntx / t_sigs),
+        ("everything but signatures", t_full - t_sigs, ntx / max(t_full - t_sigs, 1e-9)),
+        ("full: accept + order + apply", t_full, ntx / t_full),
+    ]
+    print(f"{'stage':34} {'seconds':>9} {'tx/s':>10}")
+    for name, secs, rate in rows:
+        print(f"{name:34} {secs:9.3f} {rate:10.0f}")
+    print(f"{'order one level set':34} {t_ls:9.3f} {args.levelset_blocks:>7} blocks")
+    print(f"txs: {ntx} in {len(blocks)} blocks, {len(blocks) // BLOCKS_PER_LEVEL_SET} level sets")
+    print(f"tx_per_s: {ntx / t_full:.0f}")
+
+
+if __name__ == "__main__":
+    main()
