@@ -183,6 +183,16 @@ class Chain:
             return LevelSetDelta(self.genesis.id, 0, (self.genesis.id,), b"", (), (), (), (), ())
         return self.state.deltas.get(BlockId(milestone_id))
 
+    def confirmations(self, block_id: bytes) -> int:
+        """F7: best height - LS height(B) + 1 on the best chain; 0 while pending or unknown."""
+        h = self.state.ls_height.get(BlockId(block_id))
+        return 0 if h is None else self.best_height - h + 1
+
+    def redeemable(self, root: bytes) -> int:
+        """R8: balance(root) on the best chain, what a miner may claim (0 if unknown)."""
+        rec = self.state.roots.get(BlockId(root))
+        return 0 if rec is None else rec.balance
+
     def ls_height(self, block_id: bytes) -> int | None:
         """LS height of a block on the best chain, None while pending."""
         return self.state.ls_height.get(BlockId(block_id))
@@ -281,6 +291,7 @@ class Chain:
             return self._check_and_accept(block, raw, now_ms, peer)
         except RejectedBlock as exc:
             self._remember_invalid(bid, exc.rule)
+            self._reject_descendant_orphans(bid)
             raise
 
     def _check_and_accept(self, block: Block, raw: bytes, now_ms: int, peer: str) -> BlockOutcome:
@@ -475,6 +486,15 @@ class Chain:
             self._work_of_bits[bits] = work
         return work
 
+    def _reject_descendant_orphans(self, block_id: BlockId) -> None:
+        """A block with a REJECTed parent is itself REJECTed (§1): drop and remember its orphans."""
+        queue = [block_id]
+        while queue:
+            for orphan in self.orphans.pop_waiting_on(queue.pop()):
+                if orphan.block_id not in self._invalid:
+                    self._remember_invalid(orphan.block_id, "D2")
+                    queue.append(orphan.block_id)
+
     def _remember_invalid(self, block_id: BlockId, rule: str) -> None:
         self._invalid[block_id] = rule
         if len(self._invalid) > INVALID_CACHE_SIZE:
@@ -487,7 +507,11 @@ class Chain:
 
     # ------------------------------------------------------------------ fork choice (§4)
     def _fork_choice(self, candidate: BlockId) -> Reorg | None:
-        """F2 for a newly accepted milestone: switch if it has strictly more chainwork."""
+        """F2 for a newly accepted milestone: switch if it has strictly more chainwork.
+
+        F3: a losing branch is never discarded; its blocks stay accepted and enter best-chain level
+        sets once something reachable from a best-chain milestone links them.
+        """
         st = self.state
         if st.snapshots[candidate].chainwork <= self.best_snapshot.chainwork:
             return None
@@ -499,7 +523,8 @@ class Chain:
     def _path_from_best(self, candidate: BlockId) -> list[BlockId] | None:
         """Milestones from the fork point (excluded) up to ``candidate``, or None if ineligible.
 
-        Ineligible (F2): the branch forks below Φ or contains an invalidated milestone.
+        Ineligible (F2): the branch forks below Φ or contains an invalidated milestone. F5: such a
+        branch's blocks are still accepted one by one; it just never becomes best.
         """
         st = self.state
         path: list[BlockId] = []

@@ -224,7 +224,11 @@ def _apply_block(
 
 
 def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[int, int]:
-    """V6-V8 for one TRANSFER; on VALID spend and create at once (V1). Returns (reason, fee)."""
+    """V6-V8 for one TRANSFER; on VALID spend and create at once (V1). Returns (reason, fee).
+
+    V2: the first spend in total order wins; a later spend of the same outpoint (including a
+    repeat of an already VALID tx) finds it spent and is INVALID ``double-spend``.
+    """
     found: list[tuple[Outpoint, Utxo]] = []
     spent, created, view_utxo = overlay.spent, overlay.created, overlay.view.get_utxo
     for inp in tx.inputs:  # V6
@@ -250,7 +254,10 @@ def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[in
 
 
 def _apply_redemption(tx: Transaction, root: BlockId, height: int, overlay: _Overlay) -> int:
-    """R4 (a)-(d) against the record before the block's own credit, then R5."""
+    """R4 (a)-(d) against the record before the block's own credit, then R5.
+
+    R6: accounts are per root, so a copied redemption only ever pays what its signer chose.
+    """
     rec = overlay.root(root)
     inp = tx.inputs[0]
     if rec is None or inp.txid != rec.anchor_txid:

@@ -1,0 +1,86 @@
+"""Chain queries users rely on (F7 confirmations, R8 redeemable) and orphan cascades (§1, D2)."""
+
+import pytest
+
+from dagchain.blocks import BlockHeader, make_block
+from dagchain.chain import BlockStatus
+from dagchain.errors import RejectedBlock
+from dagchain.params import DEVNET
+from tests.dagchain.builders import build_block, grind
+from tests.dagchain.chainkit import Node, key
+
+
+def test_f7_confirmations_count_from_the_level_set_height() -> None:
+    """F7: confirmations(B) = best height - LS height(B) + 1, and 0 while B is pending."""
+    node = Node(DEVNET)
+    _, addr = key(1)
+    reg = node.register(addr)
+    assert node.chain.confirmations(reg.id) == 0
+    m1 = node.mine(reg.id, ms=True)
+    assert node.chain.ls_height(reg.id) == 1
+    assert node.chain.confirmations(reg.id) == 1
+    m2 = node.mine(m1.id, ms=True)
+    node.mine(m2.id, ms=True)
+    assert node.chain.best_height == 3
+    assert node.chain.confirmations(reg.id) == 3
+    assert node.chain.confirmations(bytes(32)) == 0
+
+
+def test_r8_redeemable_is_the_best_chain_balance_of_the_root() -> None:
+    """R8: a miner's redeemable amount is balance(root) on the best chain."""
+    node = Node(DEVNET)
+    _, addr = key(1)
+    reg = node.register(addr)
+    b1 = node.mine(reg.id)
+    assert node.chain.redeemable(reg.id) == 0, "nothing is credited while pending"
+    node.mine(b1.id, ms=True)
+    record = node.chain.get_root(reg.id)
+    assert record is not None
+    assert record.balance > 0
+    assert node.chain.redeemable(reg.id) == record.balance
+    assert node.chain.redeemable(bytes(32)) == 0
+
+
+def test_orphans_of_a_rejected_parent_are_rejected_at_once() -> None:
+    """§1: a block with a REJECTed parent is REJECTed; held orphans do not wait for expiry."""
+    node = Node(DEVNET)
+    chain = node.chain
+    _, addr = key(1)
+    reg = node.register(addr)
+    good = build_block(chain, previous=reg.id)
+    # A parent that will fail D6 (timestamp before its previous block's) once it arrives.
+    bad_header = BlockHeader(
+        1,
+        chain.best_id,
+        reg.id,
+        chain.genesis_id,
+        good.header.merkle_root,
+        reg.header.timestamp_ms - 1,
+        good.header.target,
+        0,
+    )
+    snap = chain.best_snapshot
+    bad = make_block(grind(bad_header, snap.blk_target, None, snap.ms_target), ())
+    child = build_block(chain, previous=reg.id, tip=chain.genesis_id)
+    child_header = BlockHeader(
+        1,
+        chain.best_id,
+        bad.id,
+        chain.genesis_id,
+        child.header.merkle_root,
+        reg.header.timestamp_ms + 5,
+        child.header.target,
+        0,
+    )
+    orphan = make_block(grind(child_header, snap.blk_target, None, snap.ms_target), ())
+    held = chain.on_block(orphan.raw, node.now_ms)
+    assert held.status is BlockStatus.ORPHAN
+    assert held.missing == (bad.id,)
+    with pytest.raises(RejectedBlock) as err:
+        chain.on_block(bad.raw, node.now_ms)
+    assert err.value.rule == "D6"
+    assert len(chain.orphans) == 0
+    assert chain.is_known_invalid(orphan.id)
+    with pytest.raises(RejectedBlock) as again:
+        chain.on_block(orphan.raw, node.now_ms)
+    assert again.value.rule == "D1"
