@@ -1,0 +1,346 @@
+"""NodeService: the single owner of Chain + Mempool inside the daemon's event loop.
+
+No I/O and no consensus rule here: it hands blocks and transactions to the core, keeps the
+mempool in step with the best chain (PROTOCOL.md §4.4 and §7.5 policy) and tells its listeners
+what changed through :class:`NodeEvent`. The peer-to-peer side, the HTTP API and the metrics
+all go through this one object, so the chain is never touched from two places at once.
+"""
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, final
+
+from dagchain.chain import BlockOutcome, BlockStatus, Chain, Reorg
+from dagchain.errors import (
+    EncodingError,
+    InvalidBlock,
+    InvalidTransaction,
+    NotYetValid,
+    Reason,
+)
+from dagchain.ledger import LevelSetDelta
+from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolError
+from dagchain.params import ConsensusParams
+from dagchain.transactions import Transaction, decode_transaction
+from dagchain.types import BlockId, TxId
+
+__all__ = ["EventKind", "NodeEvent", "NodeService"]
+
+EventKind = Literal["block", "milestone", "reorg", "tx"]
+
+LOCATOR_DENSE = 10
+"""P7: the locator lists the last 10 heights one by one, then steps back 2, 4, 8, ..."""
+LOCATOR_MAX = 64
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """A state change, emitted after it happened.
+
+    ``data`` holds JSON-ready values only (hex strings, ints, bools), so the API can push it
+    as it is: ``{"type": kind, **data}``.
+    """
+
+    kind: EventKind
+    block_id: BlockId | None = None
+    txid: TxId | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The WebSocket message of ``GET /v1/events``."""
+        return {"type": self.kind, **self.data}
+
+
+@final
+class NodeService:
+    """Chain and mempool glue for the daemon; every method runs on the event loop's thread.
+
+    Args:
+        params: Network parameters.
+        chain: The consensus state machine (owned here from now on).
+        mempool: The transaction pool (owned here from now on).
+        clock: Milliseconds since the epoch; the daemon passes wall time, tests a fixed value.
+    """
+
+    def __init__(
+        self,
+        params: ConsensusParams,
+        chain: Chain,
+        mempool: Mempool,
+        clock: Callable[[], int],
+    ) -> None:
+        self.params = params
+        self.chain = chain
+        self.mempool = mempool
+        self.clock = clock
+        self._listeners: list[Callable[[NodeEvent], None]] = []
+        self.rejected: Counter[str] = Counter()
+        """Rejected blocks and txs by rule id (``block:H4``, ``tx:T6``), for /metrics."""
+        self.reorg_count = 0
+        self.readded_txs = 0
+        """Txs of undone level sets that went back into the mempool (§4.4 policy)."""
+
+    # ------------------------------------------------------------------ events
+    def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
+        """Call ``listener`` with every event after the state change it reports."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[NodeEvent], None]) -> None:
+        """Stop calling ``listener`` (no error if it was not subscribed)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _emit(self, event: NodeEvent) -> None:
+        for listener in list(self._listeners):
+            listener(event)
+
+    # ------------------------------------------------------------------ blocks
+    def submit_block(self, raw: bytes, peer: str = "local") -> BlockOutcome:
+        """Run a block through the chain, then update the mempool and tell the listeners.
+
+        Raises:
+            MalformedBlock: H1 or H7.
+            RejectedBlock: any REJECT rule (the rule id is ``exc.rule``).
+            NotYetValid: H11: the timestamp is too far ahead; retry later.
+        """
+        now = self.clock()
+        try:
+            outcome = self.chain.on_block(raw, now, peer)
+        except InvalidBlock as exc:
+            self.rejected[f"block:{exc.rule}"] += 1
+            raise
+        except NotYetValid as exc:
+            self.rejected[f"block:{exc.rule}"] += 1
+            raise
+        if outcome.status is not BlockStatus.ACCEPTED:
+            return outcome
+        for _, orphan_error in outcome.rejected_orphans:
+            self.rejected[f"block:{orphan_error.rule}"] += 1
+        for block_id in outcome.accepted:
+            self._emit(self._block_event(block_id, now, peer))
+        for reorg in outcome.reorgs:
+            self._on_reorg(reorg)
+        return outcome
+
+    def _block_event(self, block_id: BlockId, now_ms: int, peer: str) -> NodeEvent:
+        block = self.chain.get_block(block_id)
+        meta = self.chain.get_meta(block_id)
+        if block is None or meta is None:  # pragma: no cover - accepted blocks are stored
+            raise RuntimeError(f"accepted block {block_id.hex()} is not stored")
+        header = block.header
+        return NodeEvent(
+            "block",
+            block_id=block_id,
+            data={
+                "hash": block_id.hex(),
+                "is_milestone": meta.is_milestone,
+                "milestone_link": header.milestone_link.hex(),
+                "previous_link": header.previous_link.hex(),
+                "tip_link": header.tip_link.hex(),
+                "root": meta.root.hex(),
+                "peer_height": meta.peer_height,
+                "timestamp_ms": header.timestamp_ms,
+                "txs": len(block.txs),
+                "delay_ms": now_ms - header.timestamp_ms,
+                "peer": peer,
+            },
+        )
+
+    def _on_reorg(self, reorg: Reorg) -> None:
+        """§4.4 mempool policy, then one ``reorg`` event (if anything was undone) and one
+        ``milestone`` event per level set applied, oldest first."""
+        now = self.clock()
+        applied_valid = list(self._valid_txs(reorg.applied))
+        self.mempool.remove_confirmed(applied_valid)
+        if reorg.undone:
+            self.reorg_count += 1
+            self._drop_unspendable()
+            confirmed = {tx.txid for tx in applied_valid}
+            # undone is newest first: re-add in the old total order, oldest level set first
+            for tx in self._valid_txs(reversed(reorg.undone)):
+                if tx.txid not in confirmed and self._readmit(tx, now):
+                    self.readded_txs += 1
+            self._emit(
+                NodeEvent(
+                    "reorg",
+                    block_id=reorg.new_head,
+                    data={
+                        "old_head": reorg.old_head.hex(),
+                        "new_head": reorg.new_head.hex(),
+                        "undone": [d.milestone.hex() for d in reorg.undone],
+                        "applied": [d.milestone.hex() for d in reorg.applied],
+                    },
+                )
+            )
+        for delta in reorg.applied:
+            self._emit(self._milestone_event(delta))
+
+    def _milestone_event(self, delta: LevelSetDelta) -> NodeEvent:
+        block = self.chain.get_block(delta.milestone)
+        ts = block.header.timestamp_ms if block is not None else 0
+        return NodeEvent(
+            "milestone",
+            block_id=delta.milestone,
+            data={
+                "hash": delta.milestone.hex(),
+                "height": delta.height,
+                "timestamp_ms": ts,
+                "level_set_size": len(delta.order),
+                "txs": len(delta.reasons),
+                "valid_txs": sum(1 for r in delta.reasons if r == Reason.VALID),
+            },
+        )
+
+    def _valid_txs(self, deltas: Iterable[LevelSetDelta]) -> Iterable[Transaction]:
+        for delta in deltas:
+            for tx, reason in self.chain.level_set_txs(delta):
+                if reason == Reason.VALID:
+                    yield tx
+
+    def _readmit(self, tx: Transaction, now_ms: int) -> bool:
+        """Put a tx of an undone level set back into the pool if it is still spendable."""
+        try:
+            fee = self.chain.check_transaction(tx)
+            self.mempool.add(tx, fee, now_ms)
+        except (InvalidTransaction, MempoolError):
+            return False
+        return True
+
+    def _drop_unspendable(self) -> None:
+        """After an undo, drop pool txs whose inputs left the best chain's UTXO set."""
+        chain, pool = self.chain, self.mempool
+        for txid in pool.txids_by_fee_rate():
+            entry = pool.get(txid)
+            if entry is None:
+                continue
+            if any(chain.get_utxo(i.txid, i.out_index) is None for i in entry.tx.inputs):
+                pool.remove(txid)
+
+    # ------------------------------------------------------------------ transactions
+    def submit_tx(self, raw: bytes, peer: str = "local") -> TxId:
+        """Admit a relayed or submitted TRANSFER into the mempool (§7.5).
+
+        Raises:
+            InvalidTransaction: T1-T7 (REJECT), V6 (spent or missing input), V7, V8 (DROP).
+            MempoolError: duplicate, conflict with a pool tx, or pool full.
+        """
+        try:
+            tx = self._admit(raw)
+        except InvalidTransaction as exc:
+            self.rejected[f"tx:{exc.rule}"] += 1
+            raise
+        except MempoolError as exc:
+            self.rejected[f"tx:{exc.code}"] += 1
+            raise
+        self._emit(
+            NodeEvent(
+                "tx",
+                txid=tx.txid,
+                data={"txid": tx.txid.hex(), "size": len(tx.raw), "peer": peer},
+            )
+        )
+        return tx.txid
+
+    def _admit(self, raw: bytes) -> Transaction:
+        p = self.params
+        if len(raw) > p.max_tx_bytes:
+            raise InvalidTransaction("T1", f"{len(raw)} bytes exceed max_tx_bytes")
+        try:
+            tx = decode_transaction(raw, p)
+        except EncodingError as exc:
+            raise InvalidTransaction("T1", str(exc)) from None
+        pool = self.mempool
+        if tx.txid in pool:
+            raise MempoolDuplicate("transaction already in the mempool", tx.txid)
+        # A pool conflict is cheaper to find than a signature check (§7.5 order).
+        outpoints = [(i.txid, i.out_index) for i in tx.inputs]
+        spender = pool.conflicts_with(outpoints)
+        if spender is not None and all(self.chain.get_utxo(t, i) for t, i in outpoints):
+            raise MempoolConflict(
+                f"an input is already spent by mempool tx {spender.hex()}", tx.txid, spender
+            )
+        fee = self.chain.check_transaction(tx)
+        pool.add(tx, fee, self.clock())
+        return tx
+
+    # ------------------------------------------------------------------ maintenance
+    def expire(self) -> tuple[int, int]:
+        """Drop expired mempool txs and orphans; returns (txs, orphans) dropped."""
+        now = self.clock()
+        return len(self.mempool.expire(now)), self.chain.expire_orphans(now)
+
+    def invalidate(self, milestone_id: bytes) -> Reorg | None:
+        """F8 operator tool; the mempool follows the resulting reorganisation.
+
+        Raises:
+            KeyError: not an accepted milestone other than genesis.
+        """
+        reorg = self.chain.invalidate(milestone_id)
+        if reorg is not None:
+            self._on_reorg(reorg)
+        return reorg
+
+    def reconsider(self, milestone_id: bytes) -> Reorg | None:
+        """F8: clear an invalidation mark; the mempool follows any reorganisation."""
+        reorg = self.chain.reconsider(milestone_id)
+        if reorg is not None:
+            self._on_reorg(reorg)
+        return reorg
+
+    # ------------------------------------------------------------------ queries (p2p)
+    def has_block(self, block_id: bytes) -> bool:
+        """True if the block is accepted."""
+        return self.chain.has_block(block_id)
+
+    def get_block_raw(self, block_id: bytes) -> bytes | None:
+        """Canonical bytes of an accepted block."""
+        block = self.chain.get_block(block_id)
+        return None if block is None else block.raw
+
+    def get_tx_raw(self, txid: bytes) -> bytes | None:
+        """Canonical bytes of a mempool tx (only mempool txs are relayed, §11.3)."""
+        entry = self.mempool.get(txid)
+        return None if entry is None else entry.tx.raw
+
+    def best(self) -> tuple[BlockId, int, int]:
+        """(best milestone id, height, chainwork)."""
+        return self.chain.best_id, self.chain.best_height, self.chain.best_snapshot.chainwork
+
+    def locator(self) -> list[BlockId]:
+        """P7: the last 10 best-chain heights, then steps of 2, 4, 8, ..., ending at genesis."""
+        best = self.chain.state.best
+        height = len(best) - 1
+        heights: list[int] = []
+        step = 1
+        while height > 0 and len(heights) < LOCATOR_MAX - 1:
+            heights.append(height)
+            if len(heights) >= LOCATOR_DENSE:
+                step *= 2
+            height -= step
+        heights.append(0)
+        return [best[h] for h in heights]
+
+    def milestone_headers_after(self, locator: list[bytes], limit: int = 2000) -> list[bytes]:
+        """P7 responder: headers of best-chain milestones after the first locator entry we
+        have on our best chain (genesis if none), ascending, at most ``limit``."""
+        state = self.chain.state
+        fork = 0
+        for entry in locator:
+            height = state.best_height_of.get(BlockId(bytes(entry)))
+            if height is not None:
+                fork = height
+                break
+        ids = state.best[fork + 1 : fork + 1 + max(0, limit)]
+        return [state.blocks[b].header_bytes for b in ids]
+
+    def level_set_ids(self, ms_id: bytes) -> list[BlockId] | None:
+        """P9 responder: the level set of a milestone in L2 order (milestone last), or None."""
+        delta = self.chain.level_set(ms_id)
+        return None if delta is None else list(delta.order)
+
+    def pending_ids(self, limit: int = 4096) -> list[BlockId]:
+        """P9 ``getpending`` responder: the newest pending blocks in acceptance order."""
+        if limit <= 0:
+            return []
+        return self.chain.pending_blocks()[-limit:]
