@@ -1,0 +1,356 @@
+"""Pure relay policy: who gets what, what to fetch, and how a peer's behaviour is scored.
+
+PROTOCOL.md §11.5 (P11 relay, P12 address gossip), §11.6 (orphan parents) and §11.7 (limits and
+misbehaviour). Time arrives as ``now_ms`` and randomness as a ``random.Random`` (STYLE.md rule 2);
+nothing here touches a socket, so the simulator drives the very same policy.
+"""
+
+import random
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dagchain.errors import InvalidBlock, MalformedBlock, NotYetValid, RejectedBlock
+
+KNOWN_INVENTORY_SIZE = 50_000
+"""P11: known-inventory set per peer (LRU)."""
+RELAY_PUSH = 3
+"""P11 ``relay_push``: full blocks pushed to this many random peers, inv to the rest."""
+TX_INV_INTERVAL_MS = 250
+ANNOUNCER_TIMEOUT_MS = 10_000
+"""P11: one announcer at a time, 10 s each."""
+MAX_OUTSTANDING_GETDATA = 2
+REQUEST_TIMEOUT_MS = 30_000
+"""P6."""
+MAX_TIMEOUTS = 3
+TOKEN_RATE_PER_S = 500
+TOKEN_BURST = 2000
+BAN_THRESHOLD = 100
+DECAY_MS = 60_000
+"""Scores decay by 1 per minute (§11.7)."""
+ADDR_MIN_INTERVAL_MS = 10_000
+ADDR_MAX_UNSOLICITED = 10
+ADDR_RELAY_FANOUT = 2
+ADDR_RELAY_AGE_S = 600
+GETADDR_MAX = 1000
+
+# §11.7 score table (the wire codec owns the frame-level rows)
+SCORE_BLOCK_INVALID = 100
+SCORE_ORPHAN_OVER_LIMIT = 5
+SCORE_TX_INVALID = 10
+SCORE_TX_WRONG_KEY = 5
+SCORE_RATE = 1
+SCORE_BIG_ADDR = 20
+SCORE_UNSOLICITED = 10
+SCORE_BAD_MILESTONES = 100
+SCORE_BAD_LEVEL_SET = 50
+
+
+def score_block_error(exc: InvalidBlock | NotYetValid) -> int:
+    """§11.7: MALFORMED and REJECT cost 100; H11 (DROP) costs nothing."""
+    if isinstance(exc, MalformedBlock | RejectedBlock):
+        return SCORE_BLOCK_INVALID
+    return 0
+
+
+def score_tx_rule(rule: str) -> int:
+    """§11.7 for a relayed tx: T1-T7 +10, V7 +5; missing inputs, V8, conflicts, full pool 0."""
+    if rule.startswith("T"):
+        return SCORE_TX_INVALID
+    if rule == "V7":
+        return SCORE_TX_WRONG_KEY
+    return 0
+
+
+class KnownInventory:
+    """Ids a peer is known to have (sent to us, or sent by us): LRU of ``size`` entries."""
+
+    def __init__(self, size: int = KNOWN_INVENTORY_SIZE) -> None:
+        self._size = size
+        self._ids: OrderedDict[bytes, None] = OrderedDict()
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, item: bytes) -> None:
+        """Remember ``item`` (refreshing it if known)."""
+        self._ids[item] = None
+        self._ids.move_to_end(item)
+        if len(self._ids) > self._size:
+            self._ids.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayPlan:
+    """P11 for one block: full pushes and announcements."""
+
+    push: tuple[str, ...]
+    announce: tuple[str, ...]
+
+
+def plan_block_relay(
+    block_id: bytes,
+    ready_peers: Sequence[str],
+    known: Mapping[str, KnownInventory],
+    sender: str | None,
+    rng: random.Random,
+    relay_push: int = RELAY_PUSH,
+) -> RelayPlan:
+    """P11: push to ``relay_push`` random ready peers not known to have it, inv the rest.
+
+    The sender and peers known to have the block get nothing.
+    """
+    targets = [p for p in ready_peers if p != sender and not (p in known and block_id in known[p])]
+    push = rng.sample(targets, min(relay_push, len(targets)))
+    pushed = set(push)
+    return RelayPlan(tuple(push), tuple(p for p in targets if p not in pushed))
+
+
+class TxAnnouncer:
+    """P11: txs accepted into the mempool are announced to all peers, batched every 250 ms."""
+
+    def __init__(self, interval_ms: int = TX_INV_INTERVAL_MS) -> None:
+        self.interval_ms = interval_ms
+        self._queue: OrderedDict[bytes, str | None] = OrderedDict()
+        self._last_flush_ms = 0
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, txid: bytes, sender: str | None = None) -> None:
+        """Queue a txid (``sender`` is not told about its own tx)."""
+        self._queue.setdefault(txid, sender)
+
+    def due(self, now_ms: int) -> bool:
+        """True when a batch should go out."""
+        return bool(self._queue) and now_ms - self._last_flush_ms >= self.interval_ms
+
+    def flush(self, now_ms: int) -> list[tuple[bytes, str | None]]:
+        """Take the queued (txid, sender) pairs in arrival order."""
+        self._last_flush_ms = now_ms
+        out = list(self._queue.items())
+        self._queue.clear()
+        return out
+
+
+def plan_tx_announcements(
+    batch: Iterable[tuple[bytes, str | None]],
+    ready_peers: Sequence[str],
+    known: Mapping[str, KnownInventory],
+) -> dict[str, list[bytes]]:
+    """Per peer: the txids of ``batch`` it is not known to have (never its own)."""
+    out: dict[str, list[bytes]] = {}
+    for txid, sender in batch:
+        for peer in ready_peers:
+            if peer != sender and not (peer in known and txid in known[peer]):
+                out.setdefault(peer, []).append(txid)
+    return out
+
+
+@dataclass(slots=True)
+class _Fetch:
+    peer: str
+    deadline_ms: int
+    others: list[str] = field(default_factory=list)
+
+
+class BlockFetcher:
+    """P11/P13 getdata bookkeeping: one announcer at a time per id, 10 s each, then the next."""
+
+    def __init__(self, timeout_ms: int = ANNOUNCER_TIMEOUT_MS) -> None:
+        self.timeout_ms = timeout_ms
+        self._fetching: dict[bytes, _Fetch] = {}
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._fetching
+
+    def __len__(self) -> int:
+        return len(self._fetching)
+
+    def on_announce(self, item: bytes, peer: str, now_ms: int) -> bool:
+        """A peer has ``item``; True if we should getdata it from that peer now."""
+        fetch = self._fetching.get(item)
+        if fetch is None:
+            self._fetching[item] = _Fetch(peer, now_ms + self.timeout_ms)
+            return True
+        if peer != fetch.peer and peer not in fetch.others:
+            fetch.others.append(peer)
+        return False
+
+    def on_received(self, item: bytes) -> None:
+        """``item`` arrived (or was found elsewhere): stop fetching it."""
+        self._fetching.pop(item, None)
+
+    def requested_from(self, item: bytes) -> str | None:
+        """The peer we asked for ``item``."""
+        fetch = self._fetching.get(item)
+        return None if fetch is None else fetch.peer
+
+    def on_not_found(self, item: bytes, peer: str, now_ms: int) -> str | None:
+        """The asked peer lacks ``item``: the next announcer to ask, if any."""
+        fetch = self._fetching.get(item)
+        if fetch is None or fetch.peer != peer:
+            return None
+        return self._next(item, fetch, now_ms)
+
+    def expire(self, now_ms: int) -> list[tuple[bytes, str]]:
+        """Fetches past their deadline, moved to the next announcer: (item, peer) to ask."""
+        out = []
+        for item, fetch in list(self._fetching.items()):
+            if now_ms >= fetch.deadline_ms:
+                nxt = self._next(item, fetch, now_ms)
+                if nxt is not None:
+                    out.append((item, nxt))
+        return out
+
+    def forget_peer(self, peer: str, now_ms: int) -> list[tuple[bytes, str]]:
+        """A peer left: reassign what we asked it for."""
+        out = []
+        for item, fetch in list(self._fetching.items()):
+            if peer in fetch.others:
+                fetch.others.remove(peer)
+            if fetch.peer == peer:
+                nxt = self._next(item, fetch, now_ms)
+                if nxt is not None:
+                    out.append((item, nxt))
+        return out
+
+    def _next(self, item: bytes, fetch: _Fetch, now_ms: int) -> str | None:
+        if not fetch.others:
+            del self._fetching[item]
+            return None
+        fetch.peer = fetch.others.pop(0)
+        fetch.deadline_ms = now_ms + self.timeout_ms
+        return fetch.peer
+
+
+class Misbehaviour:
+    """A connection's score: points add up, decay by 1 per minute, ban at the threshold."""
+
+    def __init__(self, threshold: int = BAN_THRESHOLD) -> None:
+        self.threshold = threshold
+        self._score = 0
+        self._since_ms: int | None = None
+
+    def value(self, now_ms: int) -> int:
+        """The decayed score."""
+        self._decay(now_ms)
+        return self._score
+
+    def add(self, points: int, now_ms: int) -> bool:
+        """Add points; True if the score reached the ban threshold."""
+        self._decay(now_ms)
+        self._score += points
+        return self._score >= self.threshold
+
+    def _decay(self, now_ms: int) -> None:
+        if self._since_ms is None or self._score == 0:
+            self._since_ms = now_ms
+            return
+        steps = (now_ms - self._since_ms) // DECAY_MS
+        if steps > 0:
+            self._score = max(0, self._score - steps)
+            self._since_ms += steps * DECAY_MS
+
+
+class TokenBucket:
+    """§11.7 inbound message rate: 500/s with a burst of 2000."""
+
+    def __init__(self, rate_per_s: int = TOKEN_RATE_PER_S, burst: int = TOKEN_BURST) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._milli_tokens = burst * 1000
+        self._last_ms: int | None = None
+
+    def take(self, now_ms: int) -> bool:
+        """Spend one token; False if the bucket is empty (drop the message, +1)."""
+        if self._last_ms is not None and now_ms > self._last_ms:
+            refill = (now_ms - self._last_ms) * self.rate_per_s
+            self._milli_tokens = min(self.burst * 1000, self._milli_tokens + refill)
+        self._last_ms = now_ms if self._last_ms is None else max(self._last_ms, now_ms)
+        if self._milli_tokens < 1000:
+            return False
+        self._milli_tokens -= 1000
+        return True
+
+
+class BanList:
+    """Banned keys (an IP, or a node id on loopback) with their expiry."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, int] = {}
+
+    def ban(self, key: str, now_ms: int, duration_ms: int) -> None:
+        """Ban ``key`` until now + duration."""
+        self._until[key] = max(self._until.get(key, 0), now_ms + duration_ms)
+
+    def is_banned(self, key: str, now_ms: int) -> bool:
+        """True while the ban lasts (expired bans are forgotten)."""
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if now_ms >= until:
+            del self._until[key]
+            return False
+        return True
+
+    def active(self, now_ms: int) -> dict[str, int]:
+        """Every live ban and its expiry."""
+        return {k: v for k, v in self._until.items() if self.is_banned(k, now_ms)}
+
+
+def ban_key(host: str, node_id: bytes) -> str:
+    """§11.7: ban the peer's IP, or its node id on loopback."""
+    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
+        return "node:" + node_id.hex()
+    return "ip:" + host
+
+
+class AddrLimiter:
+    """P12: unsolicited ``addr`` of at most 10 entries, at most one per 10 s."""
+
+    def __init__(self) -> None:
+        self._last_ms: int | None = None
+
+    def check(self, count: int, solicited: bool, now_ms: int) -> int | None:
+        """None to accept, else the score (0: drop silently; 20: too large)."""
+        if solicited:
+            return None
+        if count > ADDR_MAX_UNSOLICITED:
+            return SCORE_BIG_ADDR
+        if self._last_ms is not None and now_ms - self._last_ms < ADDR_MIN_INTERVAL_MS:
+            return 0
+        self._last_ms = now_ms
+        return None
+
+
+__all__ = [
+    "BAN_THRESHOLD",
+    "MAX_OUTSTANDING_GETDATA",
+    "RELAY_PUSH",
+    "REQUEST_TIMEOUT_MS",
+    "SCORE_BAD_LEVEL_SET",
+    "SCORE_BAD_MILESTONES",
+    "SCORE_BIG_ADDR",
+    "SCORE_BLOCK_INVALID",
+    "SCORE_ORPHAN_OVER_LIMIT",
+    "SCORE_RATE",
+    "SCORE_TX_INVALID",
+    "SCORE_UNSOLICITED",
+    "AddrLimiter",
+    "BanList",
+    "BlockFetcher",
+    "KnownInventory",
+    "Misbehaviour",
+    "RelayPlan",
+    "TokenBucket",
+    "TxAnnouncer",
+    "ban_key",
+    "plan_block_relay",
+    "plan_tx_announcements",
+    "score_block_error",
+    "score_tx_rule",
+]
