@@ -1,0 +1,107 @@
+"""Block templates (PROTOCOL.md §3.4) on a real devnet Chain: every template, once solved with real
+PoW, is a block the chain accepts."""
+
+import pytest
+
+from dagchain.blocks import Block
+from dagchain.chain import BlockStatus
+from dagchain.mempool import Mempool
+from dagchain.params import DEVNET
+from dagchain.transactions import TxKind
+from miner.template import (
+    BlockTemplate,
+    TemplateUnavailable,
+    build_template,
+    try_build_template,
+)
+from tests.dagchain.builders import grind
+from tests.dagchain.chainkit import Node, key, transfer
+
+FAUCET_COINS = 10**14
+_, ALICE = key(2)
+_, BOB = key(3)
+
+
+def solve(template: BlockTemplate, want_milestone: bool | None = None) -> Block:
+    header = grind(template.header(), template.target, want_milestone, template.ms_target)
+    return template.solve(header.nonce)
+
+
+def mine(node: Node, pool: Mempool, template: BlockTemplate, ms: bool | None = None) -> Block:
+    block = solve(template, ms)
+    outcome = node.chain.on_block(block.raw, node.now_ms)
+    assert outcome.status is BlockStatus.ACCEPTED
+    return block
+
+
+def test_registration_template_links_the_head_and_carries_the_registration() -> None:
+    node, pool = Node(DEVNET), Mempool(DEVNET)
+    t = try_build_template(node.chain, pool, node.now_ms, register=ALICE)
+    assert t.needs_registration
+    assert t.previous_link == node.genesis
+    assert t.milestone_link == node.chain.best_id
+    assert t.tip_link == node.genesis
+    assert t.peer_height == 1
+    assert t.root is None
+    assert [tx.kind for tx in t.txs] == [TxKind.REGISTRATION]
+    assert t.timestamp_ms == node.now_ms
+    assert len(t.prefix) == 142
+    block = mine(node, pool, t)
+    assert node.chain.peer_chain_head(block.id) == (block.id, 1)
+
+
+def test_root_template_extends_the_peer_chain_and_tips_a_fresh_block_of_another() -> None:
+    node, pool = Node(DEVNET), Mempool(DEVNET)
+    alice = mine(node, pool, try_build_template(node.chain, pool, node.now_ms, register=ALICE))
+    bob = mine(node, pool, try_build_template(node.chain, pool, node.now_ms, register=BOB), False)
+    t = try_build_template(node.chain, pool, node.now_ms, root=alice.id)
+    assert (t.previous_link, t.peer_height, t.root) == (alice.id, 2, alice.id)
+    assert t.tip_link == bob.id, "the unlinked pending block of another peer chain"
+    assert not t.needs_registration
+    assert t.txs == ()
+    mine(node, pool, t)
+    with pytest.raises(KeyError):
+        try_build_template(node.chain, pool, node.now_ms, root=bytes(32))
+    with pytest.raises(ValueError, match="root"):
+        try_build_template(node.chain, pool, node.now_ms)
+
+
+def test_warm_peer_chain_template_takes_mempool_txs_that_then_confirm() -> None:
+    node, pool = Node(DEVNET), Mempool(DEVNET)
+    warm = node.warm_peer_chain(ALICE)
+    tx = transfer([(node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET)
+    pool.add(tx, node.chain.check_transaction(tx), node.now_ms)
+    t = try_build_template(node.chain, pool, node.now_ms, root=warm[0].id)
+    assert t.txs == (tx,)
+    assert t.redeemable == node.chain.redeemable(warm[0].id) > 0
+    assert t.anchor is not None
+    block = mine(node, pool, t, ms=True)
+    assert node.chain.ls_height(block.id) == node.chain.best_height
+    assert node.chain.get_utxo(tx.txid, 0) is not None
+
+
+def test_idle_peer_chain_gets_a_catch_up_milestone_link_without_txs() -> None:
+    """§3.4: D5b fails against the head after `punctuality` idle milestones, so the template
+    links the milestone at msh(previous) + punctuality - 1 and carries no mempool txs."""
+    node, pool = Node(DEVNET), Mempool(DEVNET)
+    idle = node.register(ALICE)
+    busy = node.register(BOB, ms=True)
+    for _ in range(DEVNET.punctuality + 2):
+        busy = node.mine(busy.id, ms=True)
+    t = try_build_template(node.chain, pool, node.now_ms, root=idle.id)
+    assert t.catch_up
+    assert t.milestone_link == node.chain.best_chain()[DEVNET.punctuality - 1]
+    assert t.txs == ()
+    mine(node, pool, t)
+
+
+def test_head_from_the_future_gives_no_template_for_now() -> None:
+    node, pool = Node(DEVNET), Mempool(DEVNET)
+    reg = node.register(ALICE)
+    ahead = DEVNET.max_future_drift_ms // 2 + 1
+    node.mine(reg.id, ms=True, timestamp_ms=node.now_ms + ahead)
+    with pytest.raises(TemplateUnavailable) as err:
+        try_build_template(node.chain, pool, node.now_ms, root=reg.id)
+    assert err.value.code == "head-in-future"
+    assert build_template(node.chain, pool, node.now_ms, root=reg.id) is None
+    assert build_template(node.chain, pool, node.now_ms + ahead, root=reg.id) is not None
