@@ -104,12 +104,7 @@ class Chain:
                 raise StorageError("store is not empty but has no schema version: half-written?")
             self.state.write_genesis(self.genesis, genesis_snapshot(self.params), self._faucet())
             return
-        version = S.decode_row(schema, S.META_SCHEMA)[0]
-        if version != S.SCHEMA_VERSION:
-            raise StorageError(
-                f"database schema version {version} is not {S.SCHEMA_VERSION}; "
-                "this software cannot open it"
-            )
+        self._check_schema_version(S.decode_row(schema, S.META_SCHEMA))
         net_raw = self.store.get(S.META_NETWORK)
         network = S.decode_row(net_raw, S.META_NETWORK)[0] if net_raw else b""
         if network != self.params.network_id.encode("ascii"):
@@ -122,6 +117,23 @@ class Chain:
             raise StorageError(f"database genesis {bytes(genesis).hex()} is not this network's")
         self.state.load()
         self._reselect_best()
+
+    @staticmethod
+    def _check_schema_version(row: list[object]) -> None:
+        """A newer schema is never opened by older code; an older one needs a migration (§12)."""
+        version = row[0] if len(row) == 1 else None
+        if type(version) is not int:
+            raise StorageError(f"database schema row is damaged: {row!r}")
+        if version > S.SCHEMA_VERSION:
+            raise StorageError(
+                f"database schema version {version} is newer than this software's version "
+                f"{S.SCHEMA_VERSION}: upgrade dagchain to open it"
+            )
+        if version != S.SCHEMA_VERSION:
+            raise StorageError(
+                f"database schema version {version} is older than this software's version "
+                f"{S.SCHEMA_VERSION} and no migration exists"
+            )
 
     def _faucet(self) -> list[tuple[int, Address, int]]:
         if not self.params.faucet:

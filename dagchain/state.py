@@ -436,6 +436,8 @@ class ChainState:
         best, height, _, final = S.decode_row(head_raw, S.HEAD)
         if height != len(self.best) - 1 or self.best[-1] != best:
             raise StorageError("head record does not match the stored best chain")
+        if best not in self.snapshots:
+            raise StorageError(f"head milestone {bytes(best).hex()} has no snapshot row")
         self.final = BlockId(final)
         self.next_seq = S.decode_row(seq_raw, S.META_SEQ)[0]
 

@@ -1,0 +1,138 @@
+"""LevelDB KVStore through plyvel: the only module that imports plyvel (PROTOCOL.md §12).
+
+plyvel is imported when a store is opened, so ``import dagchain`` (and the simulator, which runs on
+:class:`~dagchain.storage.memory.MemoryStore`) never needs it. Every batch is
+``write_batch(transaction=True, sync=True)``: all-or-nothing, and durable when the ``with`` block
+returns, so a block is acknowledged only after it survives a power cut (STYLE.md rule 7).
+
+Damage is reported as :class:`~dagchain.errors.StorageError` naming the path: a lock held by
+another process, a corrupted table or log (``paranoid_checks`` plus, by default, a checksum scan of
+every table at open), or table files without the ``CURRENT`` pointer (LevelDB would otherwise
+create a fresh, empty database over them).
+"""
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, final
+
+from dagchain.errors import StorageError
+from dagchain.storage import WriteBatch
+
+_TABLE_SUFFIXES = (".ldb", ".sst", ".log")
+BLOOM_FILTER_BITS = 10
+"""Bits per key of LevelDB's bloom filter: a lookup of an absent key rarely touches a table."""
+BLOCK_CACHE_BYTES = 32 * 1024 * 1024
+
+
+@final
+class LevelDBStore:
+    """A KVStore on a LevelDB directory (one process owns it; LevelDB locks it).
+
+    Args:
+        path: the database directory.
+        create_if_missing: create an empty database if ``path`` holds none.
+        sync: fsync every batch (PROTOCOL.md §12 requires it; only benchmarks turn it off).
+        verify: read every table once at open, checking block checksums, so a damaged file is
+            reported now rather than when its rows are first read.
+
+    Raises:
+        StorageError: locked by another process, corrupted, half-written or not a database.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        create_if_missing: bool = True,
+        *,
+        sync: bool = True,
+        verify: bool = True,
+    ) -> None:
+        import plyvel  # lazily: only a node on disk needs LevelDB
+
+        self.path = os.fspath(path)
+        self._sync = sync
+        self._plyvel: Any = plyvel
+        _check_directory(Path(self.path))
+        try:
+            self._db: Any = plyvel.DB(
+                self.path,
+                create_if_missing=create_if_missing,
+                paranoid_checks=True,
+                bloom_filter_bits=BLOOM_FILTER_BITS,
+                lru_cache_size=BLOCK_CACHE_BYTES,
+            )
+        except plyvel.Error as exc:
+            raise self._error("cannot open", exc) from None
+        if verify:
+            try:
+                for _ in self._db.iterator(verify_checksums=True, fill_cache=False):
+                    pass
+            except plyvel.Error as exc:
+                self._db.close()
+                raise self._error("damaged table file in", exc) from None
+
+    def _error(self, what: str, exc: BaseException) -> StorageError:
+        arg = exc.args[0] if exc.args else ""
+        text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+        text = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        if isinstance(exc, self._plyvel.CorruptionError) or text.startswith("Corruption"):
+            return StorageError(f"LevelDB database {self.path} is corrupted: {text}")
+        if "/LOCK" in text:
+            return StorageError(f"LevelDB database {self.path} is in use by another process")
+        return StorageError(f"{what} LevelDB database {self.path}: {text}")
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or None."""
+        try:
+            value: bytes | None = self._db.get(key)
+        except self._plyvel.Error as exc:
+            raise self._error("cannot read", exc) from None
+        return value
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Ascending (key, value) pairs under ``prefix`` (LevelDB's sorted order, a snapshot)."""
+        try:
+            it = self._db.iterator(prefix=prefix) if prefix else self._db.iterator()
+            with it:
+                yield from it
+        except self._plyvel.Error as exc:
+            raise self._error("cannot read", exc) from None
+
+    @contextmanager
+    def write_batch(self) -> Iterator[WriteBatch]:
+        """A transaction: written (and fsynced) only if the ``with`` block raises nothing."""
+        try:
+            with self._db.write_batch(transaction=True, sync=self._sync) as wb:
+                yield wb
+        except self._plyvel.Error as exc:
+            raise self._error("cannot write", exc) from None
+
+    def close(self) -> None:
+        """Close the database and release its lock."""
+        self._db.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return bool(self._db.closed)
+
+
+def _check_directory(path: Path) -> None:
+    """Refuse table or log files without ``CURRENT``: LevelDB would start an empty database."""
+    if not path.is_dir() or (path / "CURRENT").exists():
+        return
+    leftovers = sorted(
+        p.name
+        for p in path.iterdir()
+        if p.name.endswith(_TABLE_SUFFIXES) or p.name.startswith("MANIFEST-")
+    )
+    if leftovers:
+        raise StorageError(
+            f"LevelDB database {path} is half-written or damaged: "
+            f"{leftovers[0]} exists but CURRENT is missing"
+        )
+
+
+__all__ = ["LevelDBStore"]

@@ -1,0 +1,200 @@
+"""Opening a LevelDB store: locks, corruption, half-written directories, schema and head checks.
+
+PROTOCOL.md §12 and issue 3: an unusable database fails at open with one clear StorageError that
+names the path (or the versions), never with a silently wrong state.
+"""
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dagchain.chain import Chain
+from dagchain.errors import StorageError
+from dagchain.storage import schema as S
+from dagchain.storage.leveldb import LevelDBStore
+from dagchain.types import BlockId
+from tests.dagchain.test_properties import PARAMS, dag_pool
+
+NOW = PARAMS.genesis_timestamp_ms + 10**9
+
+
+Template = tuple[Path, BlockId, int]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """A closed LevelDB chain holding every pool DAG, in table files; its best id and height."""
+    path = tmp_path_factory.mktemp("open") / "template"
+    store = LevelDBStore(path, sync=False)
+    chain = Chain(PARAMS, store)
+    for dag in dag_pool():
+        for block in dag.blocks:
+            chain.on_block(block.raw, NOW)
+    store.close()
+    LevelDBStore(path).close()  # the reopen turns the log into a level-0 table
+    return path, chain.best_id, chain.best_height
+
+
+def filled_db(template: Template, path: Path) -> tuple[BlockId, int]:
+    shutil.copytree(template[0], path)
+    return template[1], template[2]
+
+
+def largest(path: Path, suffix: str) -> Path:
+    return max(path.glob(f"*{suffix}"), key=lambda p: p.stat().st_size)
+
+
+def test_second_process_gets_a_clear_locked_error(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    LevelDBStore(db).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from dagchain.storage.leveldb import LevelDBStore;"
+            f"s = LevelDBStore({str(db)!r}); print('open', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "open\n"
+        with pytest.raises(StorageError, match=f"{db} is in use by another process"):
+            LevelDBStore(db)
+    finally:
+        holder.communicate("")
+    LevelDBStore(db).close()  # released when the holder exits
+
+
+def test_missing_database_without_create_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match=f"{tmp_path / 'none'}.*does not exist"):
+        LevelDBStore(tmp_path / "none", create_if_missing=False)
+
+
+def truncate_table(db: Path) -> None:
+    table = largest(db, ".ldb")
+    table.write_bytes(table.read_bytes()[: table.stat().st_size // 2])
+
+
+def flip_table_bytes(db: Path) -> None:
+    table = largest(db, ".ldb")
+    data = bytearray(table.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 8):
+        data[i] ^= 0xFF
+    table.write_bytes(bytes(data))
+
+
+def truncate_manifest(db: Path) -> None:
+    manifest = next(db.glob("MANIFEST-*"))
+    manifest.write_bytes(manifest.read_bytes()[:20])
+
+
+def remove_current(db: Path) -> None:
+    (db / "CURRENT").unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (truncate_table, "damaged table file|corrupted"),
+        (flip_table_bytes, "corrupted"),
+        (truncate_manifest, "corrupted"),
+        (remove_current, "half-written or damaged: .* CURRENT is missing"),
+    ],
+)
+def test_damaged_files_are_detected_at_open(
+    template: Template, tmp_path: Path, damage: Callable[[Path], None], message: str
+) -> None:
+    db = tmp_path / "db"
+    filled_db(template, db)
+    damage(db)
+    with pytest.raises(StorageError, match=message) as info:
+        LevelDBStore(db)
+    assert str(db) in str(info.value)
+
+
+def put_row(db: Path, key: bytes, value: bytes | None) -> None:
+    store = LevelDBStore(db)
+    with store.write_batch() as wb:
+        if value is None:
+            wb.delete(key)
+        else:
+            wb.put(key, value)
+    store.close()
+
+
+def open_chain(db: Path) -> Chain:
+    store = LevelDBStore(db)
+    try:
+        return Chain(PARAMS, store)
+    except StorageError:
+        store.close()
+        raise
+
+
+def test_newer_schema_version_names_both_versions(template: Template, tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    filled_db(template, db)
+    put_row(db, S.META_SCHEMA, S.encode_row([S.SCHEMA_VERSION + 1]))
+    with pytest.raises(StorageError, match=r"version 2 is newer than this software's version 1"):
+        open_chain(db)
+
+
+def test_other_network_is_refused(template: Template, tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    filled_db(template, db)
+    put_row(db, S.META_NETWORK, S.encode_row([b"dagchain-mainnet"]))
+    with pytest.raises(StorageError, match="network b'dagchain-mainnet'"):
+        open_chain(db)
+
+
+def test_rows_without_schema_are_a_half_written_database(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    put_row(db, b"bsomething", b"x")
+    with pytest.raises(StorageError, match="no schema version"):
+        open_chain(db)
+
+
+def head_of(db: Path) -> list[object]:
+    store = LevelDBStore(db)
+    try:
+        raw = store.get(S.HEAD)
+        assert raw is not None
+        return S.decode_row(raw, S.HEAD)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("head", "corrupted row"),
+        ("head snapshot", "corrupted row"),
+        ("head meta", "corrupted row"),
+        ("no head", "no head record"),
+        ("no snapshot", "head|snapshot"),
+        ("no height row", "head record does not match"),
+    ],
+)
+def test_damaged_or_missing_rows_are_detected_at_open(
+    template: Template, tmp_path: Path, row: str, message: str
+) -> None:
+    db = tmp_path / "db"
+    best, height = filled_db(template, db)
+    key, value = {
+        "head": (S.HEAD, b"\xc1garbage"),
+        "head snapshot": (S.P_SNAPSHOT + best, b"\x93\x01"),
+        "head meta": (S.P_META + best, b"\x91\xc1"),
+        "no head": (S.HEAD, None),
+        "no snapshot": (S.P_SNAPSHOT + best, None),
+        "no height row": (S.height_key(S.P_HEIGHT, height), None),
+    }[row]
+    put_row(db, key, value)
+    with pytest.raises(StorageError, match=message):
+        open_chain(db)
