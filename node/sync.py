@@ -147,6 +147,11 @@ class SyncPlan:
         return not self._queue and not self._jobs
 
     @property
+    def queued(self) -> int:
+        """Verified headers whose level sets are not requested yet."""
+        return len(self._queue)
+
+    @property
     def in_flight(self) -> int:
         """Level sets being downloaded."""
         return len(self._jobs)

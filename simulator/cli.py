@@ -1,0 +1,160 @@
+"""``dagchain-sim`` (also ``python -m simulator``): run one scenario or a sweep.
+
+User errors (bad flags, unknown scenario keys, missing files) exit with status 2 and one line.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from simulator.scenario import Scenario, ScenarioError, load_scenario
+
+ATTACK_KEYS = (
+    "double_spend_success_rate",
+    "double_spend_closed_form",
+    "double_spend_nakamoto_2008",
+    "attacker_revenue_share",
+    "attacker_revenue_share_closed_form",
+)
+
+
+class ProgressBar:
+    """A one-line bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, total_ms: float, stream: TextIO) -> None:
+        self.total_ms = total_ms
+        self.stream = stream
+        self.started = time.perf_counter()
+        self._last = -1
+
+    def __call__(self, now_ms: float) -> None:
+        frac = min(1.0, now_ms / self.total_ms) if self.total_ms else 1.0
+        step = int(frac * 200)
+        if step == self._last:
+            return
+        self._last = step
+        width = 30
+        filled = int(frac * width)
+        wall = time.perf_counter() - self.started
+        self.stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}%  "
+            f"sim {now_ms / 1000:8.1f} s  wall {wall:6.1f} s"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def summary_table(scenario: Scenario, metrics: dict[str, Any]) -> str:
+    """The run's headline numbers as an aligned two-column table."""
+    rows = [
+        ("protocol", scenario.protocol),
+        ("nodes / miners", f"{scenario.nodes} / {scenario.mining_nodes}"),
+        ("simulated s", f"{scenario.duration_s:g}"),
+        ("offered tps", f"{metrics['offered_tps']:.3f}"),
+        ("throughput tps", f"{metrics['throughput_tps']:.3f}"),
+        ("duplicate tx rate", f"{metrics['duplicate_tx_rate']:.4f}"),
+        ("blocks/s", f"{metrics['blocks_per_s']:.3f}"),
+        ("milestones/s", f"{metrics['milestones_per_s']:.4f}"),
+        ("stale milestone rate", f"{metrics['stale_milestone_rate']:.4f}"),
+        ("level-set size (mean)", f"{metrics['level_set_size_mean']:.2f}"),
+    ]
+    rows += [
+        (key, "  ".join(f"{k} {v:.3f}" for k, v in metrics[key].items()))
+        for key in ("confirmation_latency_s", "propagation_s", "mempool_wait_s")
+    ]
+    rows += [(key, str(metrics[key])) for key in ATTACK_KEYS if key in metrics]
+    rows.append(("events", f"{metrics['events']} ({metrics['events_per_s']:.0f}/s)"))
+    rows.append(("wall s", f"{metrics['wall_s']:.2f}"))
+    width = max(len(k) for k, _ in rows)
+    line = "-" * (width + 40)
+    body = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return f"{line}\n{body}\n{line}"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from simulator.output import write_outputs
+    from simulator.simulation import Simulation
+
+    scenario = load_scenario(
+        args.scenario,
+        args.set or [],
+        protocol=args.protocol,
+        nodes=args.nodes,
+        duration_s=args.duration,
+        seed=args.seed,
+    )
+    sim = Simulation(scenario)
+    bar = ProgressBar(scenario.duration_s * 1000.0, sys.stderr) if sys.stderr.isatty() else None
+    result = sim.run(progress=bar)
+    if bar is not None:
+        bar.close()
+    out = Path(args.out)
+    write_outputs(out, scenario, result)
+    if not args.no_plots:
+        try:
+            from simulator.plots import plot_run
+
+            plot_run(out)
+        except ImportError:
+            print("matplotlib is not installed: no plots written", file=sys.stderr)
+    print(summary_table(scenario, result.metrics))
+    plots = "" if args.no_plots else ", *.png"
+    print(f"results in {out}/ (manifest.json, metrics.json, blocks.csv{plots})")
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from simulator.sweep import run_sweep
+
+    path = run_sweep(Path(args.sweep), args.executor, args.workers, Path(args.out), args.address)
+    print(f"sweep results in {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dagchain-sim",
+        description="Discrete-event network simulator on the real dagchain core.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one scenario")
+    run.add_argument("scenario", nargs="?", type=Path, help="scenario TOML (defaults if omitted)")
+    run.add_argument("--protocol", choices=("sdag", "nakamoto"))
+    run.add_argument("--nodes", type=int)
+    run.add_argument("--duration", type=float, metavar="SIM_SECONDS")
+    run.add_argument("--seed", type=int)
+    run.add_argument(
+        "--set", action="append", metavar="TABLE.KEY=VALUE", help="override one scenario key"
+    )
+    run.add_argument("--out", default="sim-out", help="output directory (default: sim-out)")
+    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.set_defaults(func=_cmd_run)
+    sweep = sub.add_parser("sweep", help="run a parameter grid")
+    sweep.add_argument("sweep", help="sweep TOML")
+    sweep.add_argument("--executor", choices=("local", "dask", "ray"), default="local")
+    sweep.add_argument("--address", help="dask scheduler or ray cluster address")
+    sweep.add_argument("--workers", type=int, default=1)
+    sweep.add_argument("--out", required=True)
+    sweep.set_defaults(func=_cmd_sweep)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``dagchain-sim``."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ScenarioError as exc:
+        print(f"dagchain-sim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dagchain-sim: interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = ["ProgressBar", "build_parser", "main", "summary_table"]

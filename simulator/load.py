@@ -1,0 +1,124 @@
+"""Transaction load: a Poisson stream of real signed TRANSFERs from a wallet.
+
+The wallet owns the sim genesis faucet outputs (§10: the public key 1) and watches one node's best
+chain (the observer). Each tx spends one confirmed output it has not spent yet and pays the same
+key again in ``n`` outputs (n from ``load.tx_bytes``; at least 2, so the set of spendable outputs
+grows); the first txs fan each faucet output out into 64. A tx enters the network at a uniformly
+chosen node. When no confirmed output is free, the arrival is skipped and counted as starved.
+"""
+
+import random
+from typing import Protocol, final
+
+from dagchain.errors import Reason
+from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET
+from dagchain.ledger import LevelSetDelta
+from dagchain.params import ConsensusParams
+from dagchain.transactions import Transaction, TxKind, TxOut, sign_transaction
+from dagchain.types import TxId
+from simulator.engine import Engine
+from simulator.sim_node import SimNode
+
+TX_BASE_BYTES = 141
+"""Size of a one-input, zero-output TRANSFER; each output adds ``TX_OUTPUT_BYTES``."""
+TX_OUTPUT_BYTES = 44
+FAN_OUT = 64
+MIN_FEE = 1_000
+MAX_FEE = 10_000
+
+Outpoint = tuple[bytes, int]
+
+
+class TxSink(Protocol):
+    """Receives each tx the load offers (the metrics recorder)."""
+
+    def on_offered(self, tx: Transaction, now_ms: float) -> None: ...
+
+
+@final
+class TxLoad:
+    """Offers ``tps`` txs per second at random nodes."""
+
+    def __init__(
+        self,
+        tps: float,
+        tx_bytes: int,
+        nodes: list[SimNode],
+        observer: SimNode,
+        params: ConsensusParams,
+        engine: Engine,
+        rng: random.Random,
+        sink: TxSink,
+    ) -> None:
+        self.rate_per_ms = tps / 1000.0
+        self.outputs = max(2, round((tx_bytes - TX_BASE_BYTES) / TX_OUTPUT_BYTES))
+        self.nodes = nodes
+        self.observer = observer
+        self.params = params
+        self.engine = engine
+        self.rng = rng
+        self.sink = sink
+        gid = observer.chain.genesis_id
+        self.spendable: list[Outpoint] = [(gid, i) for i in range(params.faucet_outputs)]
+        self.used: set[Outpoint] = set()
+        self.offered = 0
+        self.starved = 0
+        self.stopped = False
+
+    def start(self) -> None:
+        if self.rate_per_ms > 0:
+            self.engine.schedule(self.rng.expovariate(self.rate_per_ms), self._arrive)
+
+    def on_level_set(self, delta: LevelSetDelta) -> None:
+        """The observer applied a level set: VALID txs of ours free their outputs."""
+        chain = self.observer.chain
+        i = 0
+        for bid in delta.order:
+            block = chain.get_block(bid)
+            if block is None:  # pragma: no cover
+                continue
+            for tx in block.txs:
+                if delta.reasons[i] == Reason.VALID and tx.kind == TxKind.TRANSFER:
+                    for j, out in enumerate(tx.outputs):
+                        if out.address == FAUCET_ADDRESS and (tx.txid, j) not in self.used:
+                            self.spendable.append((tx.txid, j))
+                i += 1
+
+    def _take(self) -> tuple[Outpoint, int] | None:
+        chain = self.observer.chain
+        while self.spendable:
+            k = self.rng.randrange(len(self.spendable))
+            self.spendable[k], self.spendable[-1] = self.spendable[-1], self.spendable[k]
+            op = self.spendable.pop()
+            utxo = chain.get_utxo(*op)
+            if op not in self.used and utxo is not None:
+                return op, utxo.amount
+        return None
+
+    def _arrive(self) -> None:
+        if self.stopped:
+            return
+        self.engine.schedule(self.rng.expovariate(self.rate_per_ms), self._arrive)
+        found = self._take()
+        if found is None:
+            self.starved += 1
+            return
+        op, amount = found
+        fee = self.rng.randrange(MIN_FEE, MAX_FEE)
+        n = FAN_OUT if op[0] == self.observer.chain.genesis_id else self.outputs
+        if amount - fee < n:
+            return
+        each = (amount - fee) // n
+        outs = [TxOut(each, FAUCET_ADDRESS) for _ in range(n - 1)]
+        outs.append(TxOut(amount - fee - each * (n - 1), FAUCET_ADDRESS))
+        tx = sign_transaction(
+            TxKind.TRANSFER, [(TxId(op[0]), op[1])], outs, [FAUCET_SECRET], self.params
+        )
+        self.used.add(op)
+        self.offered += 1
+        self.sink.on_offered(tx, self.engine.now_ms)
+        node = self.nodes[self.rng.randrange(len(self.nodes))]
+        node.on_deliver_tx(tx.txid, tx.raw, node.index)
+
+
+__all__ = ["TxLoad", "TxSink"]

@@ -1,0 +1,201 @@
+"""Run metrics: what happened (recorded during the run) and what the observer's chain says.
+
+The recorder notes when each block was mined and accepted at each node, when each tx was offered
+and when the observer (node 0) first saw it VALID in a best-chain level set. ``compute_metrics``
+then reads the observer's final best chain through the core's own views (level sets, verdicts,
+reward balances) and produces every ``metrics.json`` key of INTERFACES.md:
+
+- ``throughput_tps``: unique txs VALID in the observer's best chain per simulated second;
+- ``duplicate_tx_rate``: tx inclusions in best-chain level sets that repeat an earlier txid, over
+  all inclusions (C1; the later copy is INVALID ``double-spend``);
+- ``stale_milestone_rate``: milestone blocks mined that are not on the final best chain;
+- ``confirmation_latency_s``: offer to first VALID inclusion in the observer's best chain (one
+  confirmation, F7); ``mempool_wait_s``: offer to the mining of the block holding the VALID copy;
+- ``propagation_s``: block mined to block accepted, pooled over every (block, other node) pair;
+- ``revenue_share``: each peer chain's reward balance on the observer's best chain over the sum
+  (R2, R7: block rewards, fees, milestone bonuses).
+Percentiles are nearest-rank on sorted values, so equal runs give equal bytes.
+"""
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, final
+
+from dagchain.blocks import Block
+from dagchain.chain import Chain
+from dagchain.errors import Reason
+from dagchain.ledger import LevelSetDelta
+from dagchain.transactions import Transaction, TxKind
+from dagchain.types import BlockId
+
+DIGITS = 6
+
+
+@dataclass(slots=True)
+class BlockRecord:
+    """One mined block: who, when, what, and its arrival delays at the other nodes (s)."""
+
+    miner: int
+    created_ms: float
+    is_milestone: bool
+    txs: int
+    size: int
+    delays: array = field(default_factory=lambda: array("f"))  # type: ignore[type-arg]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted ``values`` (0.0 when empty)."""
+    if not values:
+        return 0.0
+    rank = max(1, math.ceil(q * len(values)))
+    return values[rank - 1]
+
+
+def summary(values: list[float], qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[str, float]:
+    ordered = sorted(values)
+    return {f"p{round(q * 100)}": round(percentile(ordered, q), DIGITS) for q in qs}
+
+
+@final
+class Recorder:
+    """Event sink of the run (mined blocks, acceptances, offered and confirmed txs)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[bytes, BlockRecord] = {}
+        self.tx_offered_ms: dict[bytes, float] = {}
+        self.tx_confirmed_ms: dict[bytes, float] = {}
+
+    def on_mined(self, miner: int, block: Block, now_ms: float, is_milestone: bool) -> None:
+        """A miner solved ``block``; its own node's core said whether it is a milestone."""
+        self.blocks[block.id] = BlockRecord(
+            miner, now_ms, is_milestone, len(block.txs), len(block.raw)
+        )
+
+    def on_offered(self, tx: Transaction, now_ms: float) -> None:
+        self.tx_offered_ms[tx.txid] = now_ms
+
+    def on_accepted(self, node: int, accepted: tuple[BlockId, ...], now_ms: float) -> None:
+        """Node ``node`` accepted these blocks now (propagation delays)."""
+        blocks = self.blocks
+        for bid in accepted:
+            rec = blocks.get(bid)
+            if rec is not None and node != rec.miner:
+                rec.delays.append((now_ms - rec.created_ms) / 1000.0)
+
+    def on_level_set(self, chain: Chain, delta: LevelSetDelta, now_ms: float) -> None:
+        """The observer applied a level set: note first VALID confirmations."""
+        confirmed = self.tx_confirmed_ms
+        for tx, reason in chain.level_set_txs(delta):
+            if reason == Reason.VALID and tx.txid not in confirmed:
+                confirmed[tx.txid] = now_ms
+
+
+def _walk_best_chain(chain: Chain) -> tuple[list[int], int, int, dict[bytes, bytes]]:
+    """(level-set sizes, tx inclusions, repeated inclusions, txid -> block of its VALID copy)."""
+    sizes: list[int] = []
+    inclusions = repeats = 0
+    seen: set[bytes] = set()
+    valid_in: dict[bytes, bytes] = {}
+    for ms in chain.best_chain()[1:]:
+        delta = chain.level_set(ms)
+        if delta is None:  # pragma: no cover - best-chain milestones are evaluated
+            raise RuntimeError("best-chain milestone without a level set")
+        sizes.append(len(delta.order))
+        i = 0
+        for bid in delta.order:
+            block = chain.get_block(bid)
+            if block is None:  # pragma: no cover
+                raise RuntimeError("level-set block missing")
+            for tx in block.txs:
+                if tx.kind == TxKind.TRANSFER:
+                    inclusions += 1
+                    if tx.txid in seen:
+                        repeats += 1
+                    seen.add(tx.txid)
+                    if delta.reasons[i] == Reason.VALID:
+                        valid_in[tx.txid] = bid
+                i += 1
+    return sizes, inclusions, repeats, valid_in
+
+
+def compute_metrics(
+    recorder: Recorder,
+    observer: Chain,
+    duration_s: float,
+    roots: dict[bytes, str],
+) -> dict[str, Any]:
+    """Every metrics.json key of INTERFACES.md except the wall-clock ones (added by the caller)."""
+    sizes, inclusions, repeats, valid_in = _walk_best_chain(observer)
+    blocks = recorder.blocks
+    best = set(observer.best_chain())
+    mined_ms = [bid for bid, rec in blocks.items() if rec.is_milestone]
+    stale = sum(1 for bid in mined_ms if bid not in best)
+    offered = recorder.tx_offered_ms
+    confirmed = recorder.tx_confirmed_ms
+    ours = [t for t in valid_in if t in offered]
+    latency = [(confirmed[t] - offered[t]) / 1000.0 for t in ours if t in confirmed]
+    wait = [
+        (blocks[valid_in[t]].created_ms - offered[t]) / 1000.0
+        for t in ours
+        if valid_in[t] in blocks
+    ]
+    delays: list[float] = []
+    for rec in blocks.values():
+        delays.extend(rec.delays)
+    balances = dict.fromkeys(sorted(set(roots.values())), 0)
+    for root, record in observer.roots().items():
+        label = roots.get(root, "other")
+        balances[label] = balances.get(label, 0) + record.balance
+    total = sum(balances.values())
+    revenue = {k: round(v / total, DIGITS) if total else 0.0 for k, v in sorted(balances.items())}
+    return {
+        "offered_tps": round(len(offered) / duration_s, DIGITS),
+        "throughput_tps": round(len(ours) / duration_s, DIGITS),
+        "duplicate_tx_rate": round(repeats / inclusions, DIGITS) if inclusions else 0.0,
+        "blocks_per_s": round(len(blocks) / duration_s, DIGITS),
+        "milestones_per_s": round((len(best) - 1) / duration_s, DIGITS),
+        "stale_milestone_rate": round(stale / len(mined_ms), DIGITS) if mined_ms else 0.0,
+        "confirmation_latency_s": summary(latency),
+        "propagation_s": summary(delays),
+        "mempool_wait_s": summary(wait, (0.5, 0.9)),
+        "revenue_share": revenue,
+        "blocks": len(blocks),
+        "milestones_mined": len(mined_ms),
+        "best_height": observer.best_height,
+        "level_set_size_mean": round(sum(sizes) / len(sizes), DIGITS) if sizes else 0.0,
+        "pending_blocks_at_end": len(observer.pending_blocks()),
+        "txs_offered": len(offered),
+        "txs_confirmed": len(ours),
+        "tx_inclusions": inclusions,
+    }
+
+
+def block_rows(recorder: Recorder, observer: Chain, nodes: int) -> list[dict[str, Any]]:
+    """One row per mined block for blocks.csv, in mining order."""
+    best = set(observer.best_chain())
+    rows = []
+    for bid, rec in recorder.blocks.items():
+        delays = sorted(rec.delays)
+        ls = observer.ls_height(bid)
+        rows.append(
+            {
+                "block_id": bid.hex(),
+                "miner": rec.miner,
+                "created_s": round(rec.created_ms / 1000.0, DIGITS),
+                "is_milestone": int(rec.is_milestone),
+                "on_best_chain": int(rec.is_milestone and bid in best),
+                "ls_height": "" if ls is None else ls,
+                "txs": rec.txs,
+                "bytes": rec.size,
+                "reached": len(delays) + 1,
+                "of_nodes": nodes,
+                "prop_p50_s": round(percentile(delays, 0.5), DIGITS),
+                "prop_p90_s": round(percentile(delays, 0.9), DIGITS),
+                "prop_max_s": round(delays[-1], DIGITS) if delays else 0.0,
+            }
+        )
+    return rows
+
+
+__all__ = ["BlockRecord", "Recorder", "block_rows", "compute_metrics", "percentile", "summary"]

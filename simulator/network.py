@@ -1,0 +1,131 @@
+"""The network model: a random topology, link latencies and per-node bandwidth.
+
+Per-hop delay = upload queueing at the sender + size / link rate + link latency + processing.
+The link rate is min(sender's upload, receiver's download); a node's uplink sends one message at a
+time (FIFO), so a node relaying a large block to many peers delays its later sends. With
+unlimited bandwidth (0) the transfer term and the queue vanish.
+
+Delay models (``network.delay``): ``fixed:S`` (every link S seconds), ``uniform:LO:HI`` (each
+link's latency drawn once, uniformly, in seconds) and ``regions2019`` (six regions with the 2019
+Bitcoin latency and bandwidth tables used by SimBlock; docs: shared/data/regions.md). Each link's
+latency there is the table mean times a lognormal jitter of mean 1 (sigma 0.2), bounded, as the
+data notes advise for small intra-region means.
+"""
+
+import math
+import random
+from dataclasses import dataclass
+from typing import final
+
+REGIONS = ("NA", "EU", "SA", "AP", "JP", "AU")
+REGION_LATENCY_MS = (
+    (32, 124, 184, 198, 151, 189),
+    (124, 11, 227, 237, 252, 294),
+    (184, 227, 88, 325, 301, 322),
+    (198, 237, 325, 85, 58, 198),
+    (151, 252, 301, 58, 12, 126),
+    (189, 294, 322, 198, 126, 16),
+)
+REGION_DOWNLOAD_MBPS = (52.0, 40.0, 18.0, 22.8, 22.8, 29.9)
+REGION_UPLOAD_MBPS = (19.2, 20.7, 5.8, 15.7, 10.2, 11.3)
+REGION_SHARE = (0.3316, 0.4998, 0.0090, 0.1177, 0.0224, 0.0195)
+JITTER_SIGMA = 0.2
+"""Lognormal sigma of a link's latency around its region-pair mean."""
+JITTER_BOUND = 3.0
+"""A link's latency stays within [mean / 3, 3 * mean]."""
+BITS_PER_MS_PER_MBPS = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One direction of a connection: the peer and the one-way latency."""
+
+    peer: int
+    latency_ms: float
+
+
+@final
+class Network:
+    """Topology plus delay model. ``neighbours[i]`` lists node i's links."""
+
+    def __init__(
+        self,
+        nodes: int,
+        degree: int,
+        delay: str,
+        bandwidth_mbps: float,
+        processing_ms: float,
+        rng: random.Random,
+    ) -> None:
+        self.nodes = nodes
+        self.processing_ms = processing_ms
+        self.region = [0] * nodes
+        self.upload = [math.inf] * nodes  # bits per ms
+        self.download = [math.inf] * nodes
+        self._delay = delay
+        if delay == "regions2019":
+            self.region = rng.choices(range(len(REGIONS)), weights=REGION_SHARE, k=nodes)
+            if bandwidth_mbps <= 0:
+                self.upload = [REGION_UPLOAD_MBPS[r] * BITS_PER_MS_PER_MBPS for r in self.region]
+                self.download = [
+                    REGION_DOWNLOAD_MBPS[r] * BITS_PER_MS_PER_MBPS for r in self.region
+                ]
+        if bandwidth_mbps > 0:
+            rate = bandwidth_mbps * BITS_PER_MS_PER_MBPS
+            self.upload = [rate] * nodes
+            self.download = [rate] * nodes
+        self._upload_free = [0.0] * nodes
+        self.neighbours: list[list[Link]] = [[] for _ in range(nodes)]
+        self._build(degree, rng)
+        self.bytes_sent = 0
+        self.messages = 0
+
+    def _build(self, degree: int, rng: random.Random) -> None:
+        """A random tree (so the graph is connected) plus ``degree`` outbound links per node."""
+        edges: set[tuple[int, int]] = set()
+        n = self.nodes
+        order = list(range(n))
+        rng.shuffle(order)
+        for i in range(1, n):
+            a, b = order[i], order[rng.randrange(i)]
+            edges.add((min(a, b), max(a, b)))
+        if degree >= n - 1:
+            edges = {(a, b) for a in range(n) for b in range(a + 1, n)}
+        else:
+            for a in range(n):
+                for b in rng.sample(range(n - 1), degree):
+                    b = b if b < a else b + 1
+                    edges.add((min(a, b), max(a, b)))
+        for a, b in sorted(edges):
+            latency = self._draw_latency(a, b, rng)
+            self.neighbours[a].append(Link(b, latency))
+            self.neighbours[b].append(Link(a, latency))
+
+    def _draw_latency(self, a: int, b: int, rng: random.Random) -> float:
+        kind, _, rest = self._delay.partition(":")
+        if kind == "fixed":
+            return float(rest) * 1000.0
+        if kind == "uniform":
+            lo, hi = (float(x) * 1000.0 for x in rest.split(":"))
+            return rng.uniform(lo, hi)
+        mean = float(REGION_LATENCY_MS[self.region[a]][self.region[b]])
+        jitter = math.exp(rng.gauss(-(JITTER_SIGMA**2) / 2, JITTER_SIGMA))
+        return mean * min(JITTER_BOUND, max(1 / JITTER_BOUND, jitter))
+
+    def arrival_ms(self, src: int, link: Link, size: int, now_ms: float) -> float:
+        """When a ``size``-byte message sent now from ``src`` over ``link`` is processed.
+
+        Books the sender's uplink for the transfer time (FIFO upload queue).
+        """
+        self.messages += 1
+        self.bytes_sent += size
+        rate = min(self.upload[src], self.download[link.peer])
+        if rate == math.inf:
+            return now_ms + link.latency_ms + self.processing_ms
+        start = max(now_ms, self._upload_free[src])
+        done = start + size * 8 / rate
+        self._upload_free[src] = done
+        return done + link.latency_ms + self.processing_ms
+
+
+__all__ = ["REGIONS", "Link", "Network"]

@@ -1,0 +1,274 @@
+"""Scenario: every knob of a run, from TOML plus ``--set table.key=value`` overrides.
+
+The keys are the contract of INTERFACES.md (dagchain-sim, "Scenario keys"). Unknown keys fail with
+a message naming them. ``to_params`` turns a scenario into the ``ConsensusParams`` the real core
+runs on: the SIM preset with the scenario's values, and for ``protocol = "nakamoto"`` the same
+preset with one block per milestone (b = 1), larger blocks and no sortition (a params choice, the
+same code path).
+"""
+
+import json
+import tomllib
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from dagchain.params import SIM, ConsensusParams
+
+
+class ScenarioError(ValueError):
+    """A scenario file or override is wrong; the message says which key and why."""
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NetworkConfig(_Table):
+    delay: str = "fixed:0.05"
+    """``fixed:S``, ``uniform:LO:HI`` (seconds) or ``regions2019``."""
+    bandwidth_mbps: float = 0.0
+    """Per-node upload and download, Mbit/s; 0 = unlimited (regions2019: 0 = the region table)."""
+    degree: int = Field(default=8, ge=1)
+    """Outbound peers per node (links are used both ways)."""
+    processing_ms: float = Field(default=2.0, ge=0)
+    """Per-hop processing delay (SimBlock uses 2 ms)."""
+
+    @field_validator("delay")
+    @classmethod
+    def _check_delay(cls, value: str) -> str:
+        parts = value.split(":")
+        try:
+            if parts[0] == "fixed" and len(parts) == 2 and float(parts[1]) >= 0:
+                return value
+            if (
+                parts[0] == "uniform"
+                and len(parts) == 3
+                and 0 <= float(parts[1]) <= float(parts[2])
+            ):
+                return value
+        except ValueError:
+            pass
+        if value == "regions2019":
+            return value
+        raise ValueError('must be "fixed:S", "uniform:LO:HI" (seconds, LO <= HI) or "regions2019"')
+
+
+class ChainConfig(_Table):
+    milestone_interval_s: float = Field(default=10.0, gt=0)
+    block_rate: float = Field(default=8.0, gt=0)
+    """Blocks per second; b = block_rate * milestone_interval_s must be an integer (sdag)."""
+    block_capacity: int = Field(default=128, ge=1)
+    max_block_bytes: int = Field(default=262_144, ge=1024)
+    sortition_c: str = "1/10"
+    sortition_k: int = Field(default=10, ge=2)
+    sortition_weighting: Literal["share", "uniform"] = "share"
+    sortition: bool = True
+    retarget: bool = True
+    punctuality: int = Field(default=100, ge=2)
+
+    @field_validator("sortition_c", mode="before")
+    @classmethod
+    def _check_c(cls, value: Any) -> str:
+        try:
+            c = Fraction(str(value))
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f'{value!r} is not a fraction such as "1/100" or 0.01') from None
+        if not 0 < c <= 1:
+            raise ValueError("sortition_c must be in (0, 1]")
+        return str(value)
+
+
+class MinersConfig(_Table):
+    count: int = Field(default=10, ge=1)
+    """Mining nodes (the first ``count`` nodes by index, capped at ``nodes``)."""
+    shares: list[float] = Field(default_factory=list)
+    """Hash shares of the honest miners (normalised); empty = equal."""
+
+
+class LoadConfig(_Table):
+    tps: float = Field(default=0.0, ge=0)
+    tx_bytes: int = Field(default=250, ge=150)
+
+
+class AttackConfig(_Table):
+    kind: Literal["none", "double_spend", "selfish"] = "none"
+    share: float = Field(default=0.0, ge=0, lt=1)
+    gamma: float = Field(default=0.0, ge=0, le=1)
+    confirmations: int = Field(default=6, ge=1)
+    trials: int = Field(default=1000, ge=1)
+
+
+class Scenario(_Table):
+    nodes: int = Field(default=20, ge=1)
+    duration_s: float = Field(default=60.0, gt=0)
+    seed: int = 1
+    protocol: Literal["sdag", "nakamoto"] = "sdag"
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    chain: ChainConfig = Field(default_factory=ChainConfig)
+    miners: MinersConfig = Field(default_factory=MinersConfig)
+    load: LoadConfig = Field(default_factory=LoadConfig)
+    attack: AttackConfig = Field(default_factory=AttackConfig)
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def blocks_per_ms(self) -> int:
+        """b: 1 in nakamoto mode, else block_rate * milestone_interval_s (must be an integer)."""
+        if self.protocol == "nakamoto":
+            return 1
+        b = Fraction(str(self.chain.block_rate)) * Fraction(str(self.chain.milestone_interval_s))
+        if b.denominator != 1 or b < 1:
+            raise ScenarioError(
+                f"chain.block_rate * chain.milestone_interval_s = {float(b)} is not a positive "
+                "integer (blocks per milestone b)"
+            )
+        return int(b)
+
+    @property
+    def block_rate(self) -> float:
+        """Blocks per second: in nakamoto mode one per milestone interval."""
+        if self.protocol == "nakamoto":
+            return 1.0 / self.chain.milestone_interval_s
+        return self.chain.block_rate
+
+    @property
+    def mining_nodes(self) -> int:
+        return min(self.nodes, self.miners.count)
+
+    def honest_shares(self) -> list[float]:
+        """Hash share of each honest mining node; they sum to 1 - attack.share."""
+        n = self.mining_nodes
+        raw = list(self.miners.shares) or [1.0] * n
+        if len(raw) != n:
+            raise ScenarioError(f"miners.shares has {len(raw)} entries for {n} mining nodes")
+        if min(raw) < 0 or sum(raw) <= 0:
+            raise ScenarioError("miners.shares must be non-negative and not all zero")
+        honest = 1.0 - (self.attack.share if self.attack.kind != "none" else 0.0)
+        total = sum(raw)
+        return [honest * s / total for s in raw]
+
+    def to_params(self) -> ConsensusParams:
+        """The consensus parameters of this run (SIM preset plus the scenario's values)."""
+        c = Fraction(self.chain.sortition_c)
+        b = self.blocks_per_ms
+        capacity = self.chain.block_capacity
+        max_bytes = self.chain.max_block_bytes
+        sortition = self.chain.sortition
+        if self.protocol == "nakamoto":
+            # One large block per interval carries what b small blocks would (same tx capacity).
+            sdag_b = max(1, round(self.chain.block_rate * self.chain.milestone_interval_s))
+            capacity *= sdag_b
+            max_bytes *= sdag_b
+            sortition = False
+        return SIM.replace(
+            blocks_per_ms=b,
+            milestone_interval_ms=round(self.chain.milestone_interval_s * 1000),
+            retarget=self.chain.retarget,
+            block_capacity=capacity,
+            max_block_bytes=max_bytes,
+            sortition_c_num=c.numerator,
+            sortition_c_den=c.denominator,
+            sortition_warmup=self.chain.sortition_k,
+            sortition_weighting=self.chain.sortition_weighting,
+            sortition_enabled=sortition,
+            punctuality=self.chain.punctuality,
+        )
+
+    def manifest_dict(self) -> dict[str, Any]:
+        """Every parameter, as JSON-ready data."""
+        return self.model_dump(mode="json")
+
+
+def _format_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown scenario key {key!r}")
+        else:
+            lines.append(f"scenario key {key!r}: {err['msg']}")
+    return "; ".join(lines)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``table.key=value`` → (["table", "key"], value); the value is read as TOML, else a string."""
+    if "=" not in item:
+        raise ScenarioError(f"--set {item!r}: expected table.key=value")
+    key, _, text = item.partition("=")
+    path = [p.strip() for p in key.strip().split(".")]
+    if not all(path):
+        raise ScenarioError(f"--set {item!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return path, value
+
+
+def apply_override(data: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set ``data[path[0]]...[path[-1]] = value`` (tables are created as needed)."""
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ScenarioError(f"--set {'.'.join(path)}: {part!r} is not a table")
+        node = child
+    node[path[-1]] = value
+
+
+def build_scenario(data: dict[str, Any]) -> Scenario:
+    """Validate raw data into a Scenario.
+
+    Raises:
+        ScenarioError: unknown keys or bad values, all named in one message.
+    """
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_error(exc)) from None
+    scenario.blocks_per_ms  # noqa: B018  (validates b)
+    scenario.honest_shares()
+    return scenario
+
+
+def load_scenario(path: Path | None, overrides: Sequence[str] = (), **fields: Any) -> Scenario:
+    """Read a TOML scenario (or defaults), apply ``--set`` overrides, then CLI flags."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ScenarioError(f"cannot read scenario {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ScenarioError(f"scenario {path} is not valid TOML: {exc}") from None
+    for item in overrides:
+        key_path, value = parse_override(item)
+        apply_override(data, key_path, value)
+    for key, value in fields.items():
+        if value is not None:
+            data[key] = value
+    return build_scenario(data)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Sorted keys, two-space indent, trailing newline: byte-stable output."""
+    path.write_text(json.dumps(data, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+
+
+__all__ = [
+    "AttackConfig",
+    "ChainConfig",
+    "LoadConfig",
+    "MinersConfig",
+    "NetworkConfig",
+    "Scenario",
+    "ScenarioError",
+    "apply_override",
+    "build_scenario",
+    "load_scenario",
+    "parse_override",
+    "write_json",
+]

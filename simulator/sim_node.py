@@ -1,0 +1,120 @@
+"""SimNode: a real ``dagchain.Chain`` and ``Mempool`` on a ``MemoryStore``, fed by the network.
+
+Blocks and transactions arrive as their real canonical bytes and go through the real acceptance
+procedure (``Chain.on_block``) and mempool admission (``Chain.check_transaction`` then
+``Mempool.add``): every rule, signatures included, runs on every node. Expected verdicts
+(invalid, orphan, not yet valid) are caught here, at the delivery boundary, and counted.
+
+Relay policy: a node pushes each block it accepts (and each tx it admits) to all neighbours but
+the sender. ``Hub.send_*`` suppresses a push to a neighbour that already holds the item or has it
+in flight to arrive sooner, as an inventory/getdata exchange would (the announcement's bytes are
+not modelled). ``node.gossip``/``node.sync`` do not exist yet; when they land, this class should
+drive them instead of this push policy.
+"""
+
+from typing import Protocol, final
+
+from dagchain.chain import BlockOutcome, BlockStatus, Chain
+from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid, Reason
+from dagchain.mempool import Mempool, MempoolError
+from dagchain.params import ConsensusParams
+from dagchain.storage.memory import MemoryStore
+from dagchain.transactions import decode_transaction
+from dagchain.types import BlockId, TxId
+
+
+class Hub(Protocol):
+    """What a node needs from the simulation: the clock, relay, and event sinks."""
+
+    @property
+    def now_ms(self) -> float: ...
+
+    def send_block(self, src: int, block_id: BlockId, raw: bytes, exclude: int) -> None: ...
+
+    def send_tx(self, src: int, txid: TxId, raw: bytes, exclude: int) -> None: ...
+
+    def retry_block(
+        self, node: int, block_id: BlockId, raw: bytes, src: int, at_ms: float
+    ) -> None: ...
+
+    def on_accepted(self, node: "SimNode", outcome: BlockOutcome) -> None: ...
+
+
+@final
+class SimNode:
+    """One simulated full node (index ``index``)."""
+
+    def __init__(self, index: int, params: ConsensusParams, hub: Hub) -> None:
+        self.index = index
+        self.params = params
+        self.hub = hub
+        self.chain = Chain(params, MemoryStore())
+        self.mempool = Mempool(params)
+        self.known_blocks: set[bytes] = set()
+        self.known_txs: set[bytes] = set()
+        self.root: BlockId | None = None
+        """This node's own peer chain, once its registration block is accepted."""
+        self.rejected_blocks = 0
+        self.rejected_txs = 0
+        self.orphaned = 0
+
+    def now(self) -> int:
+        """The engine clock as the integer ms the core takes."""
+        return int(self.hub.now_ms)
+
+    # ------------------------------------------------------------------ blocks
+    def on_deliver_block(self, block_id: BlockId, raw: bytes, src: int) -> None:
+        """A block arrives from neighbour ``src`` (or from this node's miner, src = own index)."""
+        if block_id in self.known_blocks:
+            return
+        self.known_blocks.add(block_id)
+        try:
+            outcome = self.chain.on_block(raw, self.now(), str(src))
+        except NotYetValid:
+            self.known_blocks.discard(block_id)
+            retry = self.hub.now_ms + self.params.max_future_drift_ms / 2
+            self.hub.retry_block(self.index, block_id, raw, src, retry)
+            return
+        except InvalidBlock:
+            self.rejected_blocks += 1
+            return
+        if outcome.status is BlockStatus.ORPHAN:
+            self.orphaned += 1
+            return
+        if outcome.status is BlockStatus.ACCEPTED:
+            self._after_accept(outcome, src)
+
+    def _after_accept(self, outcome: BlockOutcome, src: int) -> None:
+        chain = self.chain
+        for bid in outcome.accepted:
+            self.known_blocks.add(bid)
+            block = chain.get_block(bid)
+            if block is None:  # pragma: no cover - accepted blocks are stored
+                raise RuntimeError("accepted block missing")
+            for tx in block.txs:
+                self.known_txs.add(tx.txid)
+                self.mempool.remove(tx.txid)
+            self.hub.send_block(self.index, bid, block.raw, src if bid == outcome.block_id else -1)
+        for reorg in outcome.reorgs:
+            for delta in reorg.applied:
+                valid = [t for t, r in chain.level_set_txs(delta) if r == Reason.VALID]
+                self.mempool.remove_confirmed(valid)
+        self.hub.on_accepted(self, outcome)
+
+    # ------------------------------------------------------------------ transactions
+    def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
+        """A relayed tx arrives: decode, check against the best chain, admit, relay."""
+        if txid in self.known_txs:
+            return
+        self.known_txs.add(txid)
+        try:
+            tx = decode_transaction(raw, self.params)
+            fee = self.chain.check_transaction(tx)
+            self.mempool.add(tx, fee, self.now())
+        except (EncodingError, InvalidTransaction, MempoolError):
+            self.rejected_txs += 1
+            return
+        self.hub.send_tx(self.index, txid, raw, src)
+
+
+__all__ = ["Hub", "SimNode"]

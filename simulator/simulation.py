@@ -1,0 +1,211 @@
+"""One run: build the network of SimNodes, miners and load from a Scenario, run, measure.
+
+A run is a pure function of (scenario, seed): all randomness comes from named streams of the
+master seed, all time from the engine. Mining and tx arrivals stop at ``duration_s``; the engine
+then drains the messages in flight, so every node ends with every block ("stale" then means lost
+for good, not merely late).
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, final
+
+from dagchain.chain import BlockOutcome
+from dagchain.params import genesis_blk_target
+from dagchain.types import BlockId, TxId
+from simulator import adversary
+from simulator.engine import Engine
+from simulator.load import TxLoad
+from simulator.metrics import Recorder, block_rows, compute_metrics
+from simulator.mining import Miner
+from simulator.network import Network
+from simulator.rng import RngStreams
+from simulator.scenario import Scenario
+from simulator.sim_node import SimNode
+
+FRAME_OVERHEAD_BYTES = 9
+"""Per-message framing (type byte and length) on top of the canonical block or tx bytes."""
+START_OFFSET_MS = 1_000
+"""The run starts one second after the genesis timestamp."""
+OBSERVER = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Metrics (wall fields included), block rows and run facts for the manifest."""
+
+    metrics: dict[str, Any]
+    blocks: list[dict[str, Any]]
+    events: int
+    wall_s: float
+
+
+@final
+class Simulation:
+    """The simulated network for one scenario (also the nodes' ``Hub``)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.params = params = scenario.to_params()
+        self.streams = RngStreams(scenario.seed)
+        self.engine = Engine()
+        self._clock_offset = params.genesis_timestamp_ms + START_OFFSET_MS
+        net = scenario.network
+        self.network = Network(
+            scenario.nodes,
+            net.degree,
+            net.delay,
+            net.bandwidth_mbps,
+            net.processing_ms,
+            self.streams.stream("topology"),
+        )
+        self.nodes = [SimNode(i, params, self) for i in range(scenario.nodes)]
+        self._inflight_blocks: list[dict[bytes, float]] = [{} for _ in self.nodes]
+        self._inflight_txs: list[dict[bytes, float]] = [{} for _ in self.nodes]
+        self.recorder = Recorder()
+        rate_per_ms = scenario.block_rate / 1000.0
+        target0 = genesis_blk_target(params)
+        self.miners: dict[int, Miner] = {}
+        for i, share in enumerate(scenario.honest_shares()):
+            self.miners[i] = Miner(
+                self.nodes[i],
+                share,
+                rate_per_ms,
+                target0,
+                self.engine,
+                self.streams.stream(f"mining:{i}"),
+                self.recorder,
+            )
+        self.load = TxLoad(
+            scenario.load.tps,
+            scenario.load.tx_bytes,
+            self.nodes,
+            self.nodes[OBSERVER],
+            params,
+            self.engine,
+            self.streams.stream("txs"),
+            self.recorder,
+        )
+
+    # ------------------------------------------------------------------ Hub
+    @property
+    def now_ms(self) -> float:
+        """Virtual wall time in ms since the Unix epoch (what the core calls ``now``)."""
+        return self.engine.now_ms + self._clock_offset
+
+    def send_block(self, src: int, block_id: BlockId, raw: bytes, exclude: int) -> None:
+        self._send(src, block_id, raw, exclude, self._inflight_blocks, True)
+
+    def send_tx(self, src: int, txid: TxId, raw: bytes, exclude: int) -> None:
+        self._send(src, txid, raw, exclude, self._inflight_txs, False)
+
+    def _send(
+        self,
+        src: int,
+        key: bytes,
+        raw: bytes,
+        exclude: int,
+        inflight: list[dict[bytes, float]],
+        is_block: bool,
+    ) -> None:
+        now = self.engine.now_ms
+        network = self.network
+        size = len(raw) + FRAME_OVERHEAD_BYTES
+        nodes = self.nodes
+        processing = network.processing_ms
+        for link in network.neighbours[src]:
+            peer = link.peer
+            if peer == exclude:
+                continue
+            dst = nodes[peer]
+            if key in (dst.known_blocks if is_block else dst.known_txs):
+                continue
+            pending = inflight[peer]
+            earlier = pending.get(key)
+            if earlier is not None and earlier <= now + link.latency_ms + processing:
+                continue  # it arrives sooner from someone else: no getdata to us
+            at = network.arrival_ms(src, link, size, now)
+            if earlier is not None and earlier <= at:
+                continue
+            pending[key] = at
+            handler = dst.on_deliver_block if is_block else dst.on_deliver_tx
+            self.engine.schedule_at(at, self._deliver, pending, key, handler, raw, src)
+
+    @staticmethod
+    def _deliver(
+        pending: dict[bytes, float],
+        key: bytes,
+        handler: Callable[[Any, bytes, int], None],
+        raw: bytes,
+        src: int,
+    ) -> None:
+        pending.pop(key, None)
+        handler(key, raw, src)
+
+    def retry_block(self, node: int, block_id: BlockId, raw: bytes, src: int, at_ms: float) -> None:
+        at = max(self.engine.now_ms, at_ms - self._clock_offset)
+        self.engine.schedule_at(at, self.nodes[node].on_deliver_block, block_id, raw, src)
+
+    def on_accepted(self, node: SimNode, outcome: BlockOutcome) -> None:
+        now = self.engine.now_ms
+        self.recorder.on_accepted(node.index, outcome.accepted, now)
+        if not outcome.reorgs:
+            return
+        if node.index == OBSERVER:
+            for reorg in outcome.reorgs:
+                for delta in reorg.applied:
+                    self.recorder.on_level_set(node.chain, delta, now)
+                    self.load.on_level_set(delta)
+        miner = self.miners.get(node.index)
+        if miner is not None:
+            miner.on_head_change()
+
+    # ------------------------------------------------------------------ running
+    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        """Mine and offer txs for ``duration_s``, drain the network, compute the metrics."""
+        started = time.perf_counter()
+        for miner in self.miners.values():
+            miner.start()
+        self.load.start()
+        duration_ms = self.scenario.duration_s * 1000.0
+        self.engine.run(until_ms=duration_ms, progress=progress)
+        for miner in self.miners.values():
+            miner.stop()
+        self.load.stopped = True
+        self.engine.run(progress=progress)
+        metrics = self._metrics()
+        attack = adversary.run_attack(self.scenario, self.params, self.streams)
+        metrics.update(attack)
+        if "attacker_revenue_share" in attack:
+            a = attack["attacker_revenue_share"]
+            revenue = {k: round(v * (1 - a), 6) for k, v in metrics["revenue_share"].items()}
+            revenue["attacker"] = a
+            metrics["revenue_share"] = dict(sorted(revenue.items()))
+        wall = time.perf_counter() - started
+        events = self.engine.events
+        metrics["events"] = events
+        metrics["wall_s"] = round(wall, 3)
+        metrics["events_per_s"] = round(events / wall, 1) if wall > 0 else 0.0
+        rows = block_rows(self.recorder, self.nodes[OBSERVER].chain, len(self.nodes))
+        return RunResult(metrics, rows, events, wall)
+
+    def _metrics(self) -> dict[str, Any]:
+        roots: dict[bytes, str] = {
+            n.root: f"miner_{n.index}" for n in self.nodes if n.root is not None
+        }
+        metrics = compute_metrics(
+            self.recorder, self.nodes[OBSERVER].chain, self.scenario.duration_s, roots
+        )
+        metrics["txs_starved"] = self.load.starved
+        metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
+        metrics["messages"] = self.network.messages
+        metrics["bytes_sent"] = self.network.bytes_sent
+        return metrics
+
+
+WALL_FIELDS = ("wall_s", "events_per_s")
+"""metrics.json fields that depend on the machine, not on (scenario, seed)."""
+
+
+__all__ = ["OBSERVER", "WALL_FIELDS", "RunResult", "Simulation"]

@@ -1,0 +1,72 @@
+"""A whole run through the CLI: outputs of INTERFACES.md, and byte-identical reruns."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.simulation import WALL_FIELDS
+
+METRICS_KEYS = {
+    "offered_tps",
+    "throughput_tps",
+    "duplicate_tx_rate",
+    "blocks_per_s",
+    "milestones_per_s",
+    "stale_milestone_rate",
+    "confirmation_latency_s",
+    "propagation_s",
+    "mempool_wait_s",
+    "revenue_share",
+    "events",
+    "events_per_s",
+    "wall_s",
+}
+SMALL = [
+    "--nodes", "6", "--duration", "40",
+    "--set", "load.tps=4", "--set", "miners.count=4", "--set", 'network.delay="uniform:0.01:0.1"',
+]  # fmt: skip
+
+
+def run(out: Path, *extra: str) -> dict[str, object]:
+    assert main(["run", *SMALL, "--out", str(out), "--no-plots", *extra]) == 0
+    return json.loads((out / "metrics.json").read_text())  # type: ignore[no-any-return]
+
+
+def stable_bytes(out: Path) -> bytes:
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in WALL_FIELDS:
+        metrics.pop(key)
+    return json.dumps(metrics, sort_keys=True).encode()
+
+
+def test_run_writes_every_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["run", *SMALL, "--out", str(out), "--seed", "3"]) == 0
+    assert "throughput tps" in capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert METRICS_KEYS <= set(metrics)
+    assert set(metrics["confirmation_latency_s"]) == {"p50", "p90", "p99"}
+    assert set(metrics["mempool_wait_s"]) == {"p50", "p90"}
+    assert sorted(metrics["revenue_share"]) == [f"miner_{i}" for i in range(4)]
+    assert metrics["throughput_tps"] > 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seed"] == 3
+    assert manifest["scenario"]["nodes"] == 6
+    assert manifest["events"] == metrics["events"]
+    with (out / "blocks.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == metrics["blocks"]
+    for name in ("propagation.png", "throughput.png", "confirmation.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:
+    run(tmp_path / "a", "--seed", "11")
+    run(tmp_path / "b", "--seed", "11")
+    run(tmp_path / "c", "--seed", "12")
+    assert stable_bytes(tmp_path / "a") == stable_bytes(tmp_path / "b")
+    assert stable_bytes(tmp_path / "a") != stable_bytes(tmp_path / "c")
+    assert (tmp_path / "a" / "blocks.csv").read_bytes() == (tmp_path / "b" / "blocks.csv").read_bytes()
