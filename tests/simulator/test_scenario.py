@@ -23,9 +23,7 @@ def test_unknown_override_exits_2_with_one_line(
     code = main(["run", "--set", "chain.blocks=4", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip().splitlines() == [
-        "dagchain-sim: error: unknown scenario key 'chain.blocks'"
-    ]
+    assert err.strip().splitlines() == ["dagchain-sim: error: unknown scenario key 'chain.blocks'"]
 
 
 def test_overrides_and_flags_apply_in_order(tmp_path: Path) -> None:
@@ -41,7 +39,7 @@ def test_overrides_and_flags_apply_in_order(tmp_path: Path) -> None:
 
 
 def test_bad_values_are_named() -> None:
-    with pytest.raises(ScenarioError, match="network.delay"):
+    with pytest.raises(ScenarioError, match=r"network\.delay"):
         load_scenario(None, ['network.delay="lognormal"'])
     with pytest.raises(ScenarioError, match="not a positive integer"):
         load_scenario(None, ["chain.block_rate=3", "chain.milestone_interval_s=0.5"])

@@ -1,0 +1,811 @@
+"""The HTTP API of INTERFACES.md on aiohttp: JSON in and out, pydantic models at the edge.
+
+Every error is ``{"error": {"code", "message"}}`` with a 4xx/5xx status (unknown paths 404, bodies
+over the limit 413, never a traceback). Handlers read and write the chain only through the
+NodeService, on the event loop's one thread, so the core needs no locks; template and submit
+requests of one peer chain are serialised by an ``asyncio.Lock`` per root (§3.4).
+"""
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, final
+
+from aiohttp import WSCloseCode, web
+from pydantic import BaseModel, ValidationError
+
+from dagchain.blocks import decode_block
+from dagchain.chain import BlockStatus
+from dagchain.crypto import decode_address, encode_address
+from dagchain.errors import (
+    EncodingError,
+    InvalidBlock,
+    InvalidTransaction,
+    NotYetValid,
+    Reason,
+)
+from dagchain.mempool import MempoolDuplicate, MempoolError, MempoolFull
+from dagchain.pow import encode_compact
+from dagchain.queries import block_tx_reasons, milestone_at, utxos_of
+from dagchain.types import Address, BlockId, TxId
+from miner.template import BlockTemplate, TemplateUnavailable, try_build_template
+from node import models as M
+from node.metrics import CONTENT_TYPE, NodeMetrics
+from node.service import NodeEvent, NodeService
+
+__all__ = ["ROUTES", "ApiContext", "PeerView", "create_app", "openapi_document"]
+
+log = logging.getLogger("dagchain.api")
+STATIC_DIR = Path(__file__).parent / "static"
+EVENT_QUEUE = 1024
+"""Events buffered per WebSocket client; a slower client is disconnected, never buffered more."""
+MILESTONES_MAX = 1000
+MEMPOOL_TXIDS_MAX = 1000
+
+
+class PeerView(Protocol):
+    """What the API reads of the PeerManager (owner B)."""
+
+    @property
+    def connected_count(self) -> int: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+    def peers_info(self) -> list[dict[str, Any]]: ...
+
+
+@final
+@dataclass
+class ApiContext:
+    """Everything the handlers use; built by the daemon, stored under one typed AppKey."""
+
+    service: NodeService
+    network: str
+    version: str
+    node_id: bytes
+    token: str
+    metrics: NodeMetrics
+    peers: PeerView | None = None
+    root_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    sockets: set[web.WebSocketResponse] = field(default_factory=set)
+
+    def lock_for(self, key: str) -> asyncio.Lock:
+        """The lock serialising template and submit requests of one peer chain."""
+        lock = self.root_locks.get(key)
+        if lock is None:
+            if len(self.root_locks) > 10_000:  # bounded: forget idle locks
+                for name in [k for k, v in self.root_locks.items() if not v.locked()]:
+                    del self.root_locks[name]
+            lock = self.root_locks[key] = asyncio.Lock()
+        return lock
+
+
+CTX = web.AppKey("ctx", ApiContext)
+
+
+class ApiError(Exception):
+    """An error answered as JSON with ``status``."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _json(model: BaseModel | list[Any], status: int = 200) -> web.Response:
+    if isinstance(model, BaseModel):
+        data: Any = model.model_dump(mode="json")
+    else:
+        data = [m.model_dump(mode="json") if isinstance(m, BaseModel) else m for m in model]
+    return web.json_response(data, status=status)
+
+
+def _error_response(status: int, code: str, message: str) -> web.Response:
+    body = M.ErrorResponse(error=M.ErrorBody(code=code, message=message))
+    return web.json_response(body.model_dump(), status=status)
+
+
+_HTTP_CODES = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "body-too-large",
+    415: "unsupported-media-type",
+}
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Turn every error into the JSON error shape; log unexpected ones, never leak them."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _error_response(exc.status, exc.code, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "http-error")
+        message = exc.reason if exc.status != 404 else f"no such path: {request.path}"
+        if exc.status == 413:
+            message = "request body exceeds the configured limit"
+        return _error_response(exc.status, code, message)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unexpected error in %s %s", request.method, request.path)
+        return _error_response(500, "internal", "internal error (see the node's log)")
+
+
+# ---------------------------------------------------------------------- parsing helpers
+
+
+def _hex32(text: str, what: str = "hash") -> bytes:
+    if len(text) != 64:
+        raise ApiError(400, f"bad-{what}", f"{what} must be 64 hex characters")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise ApiError(400, f"bad-{what}", f"{what} must be 64 hex characters") from None
+
+
+def _int_query(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(400, "bad-parameter", f"{name} must be an integer") from None
+    if not lo <= value <= hi:
+        raise ApiError(400, "bad-parameter", f"{name} must be in {lo}..{hi}")
+    return value
+
+
+async def _raw_body(request: web.Request) -> bytes:
+    try:
+        payload = await request.json()
+    except web.HTTPException:
+        raise
+    except ValueError:
+        raise ApiError(400, "bad-json", "the body is not JSON") from None
+    try:
+        body = M.RawRequest.model_validate(payload)
+    except ValidationError as exc:
+        raise ApiError(400, "bad-request", 'the body must be {"raw": "<hex>"}') from exc
+    try:
+        return bytes.fromhex(body.raw)
+    except ValueError:
+        raise ApiError(400, "bad-hex", "raw is not hex") from None
+
+
+def _check_token(request: web.Request) -> None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "unauthorized", "missing bearer token (see <datadir>/api.token)")
+    if not secrets.compare_digest(token.strip(), request.app[CTX].token):
+        raise ApiError(401, "unauthorized", "bad bearer token")
+
+
+def _address(ctx: ApiContext, text: str) -> Address:
+    """A bech32m display address of this network, or 64 hex characters."""
+    if len(text) == 64:
+        with contextlib.suppress(ValueError):
+            return Address(bytes.fromhex(text))
+    try:
+        return decode_address(ctx.service.params.hrp, text)
+    except EncodingError as exc:
+        raise ApiError(400, "bad-address", f"not a {ctx.network} address: {exc}") from None
+
+
+# ---------------------------------------------------------------------- read endpoints
+
+
+async def status(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    chain = ctx.service.chain
+    best = chain.best_id
+    snap = chain.best_snapshot
+    block = chain.get_block(best)
+    peers = ctx.peers
+    return _json(
+        M.StatusResponse(
+            network=ctx.network,
+            version=ctx.version,
+            node_id=ctx.node_id.hex(),
+            best_milestone=M.BestMilestone(
+                hash=best.hex(),
+                height=chain.best_height,
+                chainwork=str(snap.chainwork),
+                timestamp_ms=block.header.timestamp_ms if block is not None else 0,
+            ),
+            blocks=len(chain.state.meta),
+            pending_blocks=len(chain.state.pending),
+            mempool=M.MempoolSummary(
+                size=len(ctx.service.mempool), bytes=ctx.service.mempool.total_bytes
+            ),
+            peers=peers.connected_count if peers is not None else 0,
+            synced=peers.synced if peers is not None else True,
+            targets=M.Targets(
+                block=encode_compact(snap.blk_target), milestone=encode_compact(snap.ms_target)
+            ),
+            p2p=peers is not None,
+        )
+    )
+
+
+def _tx_status_labels(reasons: tuple[int, ...] | None, count: int) -> list[str]:
+    if reasons is None:
+        return ["pending"] * count
+    return ["valid" if r == Reason.VALID else f"invalid:{Reason(r).label}" for r in reasons]
+
+
+async def get_block(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    chain = ctx.service.chain
+    bid = _hex32(request.match_info["hash"])
+    block = chain.get_block(bid)
+    meta = chain.get_meta(bid)
+    if block is None or meta is None:
+        raise ApiError(404, "not-found", "no such block")
+    h = block.header
+    reasons = block_tx_reasons(chain, bid)
+    return _json(
+        M.BlockResponse(
+            hash=bid.hex(),
+            version=h.version,
+            milestone_link=h.milestone_link.hex(),
+            previous_link=h.previous_link.hex(),
+            tip_link=h.tip_link.hex(),
+            merkle_root=h.merkle_root.hex(),
+            timestamp_ms=h.timestamp_ms,
+            target=h.target,
+            nonce=str(h.nonce),
+            txids=[tx.txid.hex() for tx in block.txs],
+            is_milestone=meta.is_milestone,
+            level_set_height=chain.ls_height(bid),
+            tx_status=_tx_status_labels(reasons, len(block.txs)),
+            root=meta.root.hex(),
+            peer_height=meta.peer_height,
+            confirmations=chain.confirmations(bid),
+            size=len(block.raw),
+        )
+    )
+
+
+async def get_block_raw(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    raw = ctx.service.get_block_raw(_hex32(request.match_info["hash"]))
+    if raw is None:
+        raise ApiError(404, "not-found", "no such block")
+    return web.Response(body=raw, content_type="application/octet-stream")
+
+
+async def milestones(request: web.Request) -> web.Response:
+    chain = request.app[CTX].service.chain
+    start = _int_query(request, "start", 0, 0, 2**63)
+    limit = _int_query(request, "limit", 100, 1, MILESTONES_MAX)
+    out = []
+    for height in range(start, min(chain.best_height + 1, start + limit)):
+        ms = milestone_at(chain, height)
+        block = chain.get_block(ms) if ms is not None else None
+        delta = chain.level_set(ms) if ms is not None else None
+        if ms is None or block is None or delta is None:
+            break
+        out.append(
+            M.MilestoneItem(
+                hash=ms.hex(),
+                height=height,
+                timestamp_ms=block.header.timestamp_ms,
+                level_set_size=len(delta.order),
+            )
+        )
+    return _json(out)
+
+
+async def level_set(request: web.Request) -> web.Response:
+    chain = request.app[CTX].service.chain
+    try:
+        height = int(request.match_info["height"])
+    except ValueError:
+        raise ApiError(400, "bad-height", "height must be an integer") from None
+    ms = milestone_at(chain, height)
+    delta = chain.level_set(ms) if ms is not None else None
+    if delta is None:
+        raise ApiError(404, "not-found", f"no best-chain milestone at height {height}")
+    return _json([b.hex() for b in delta.order])
+
+
+async def get_tx(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    chain = ctx.service.chain
+    txid = _hex32(request.match_info["txid"], "txid")
+    confirmed: tuple[BlockId, int] | None = None
+    pending: BlockId | None = None
+    invalid: tuple[BlockId, int, str] | None = None
+    for bid in chain.blocks_with_tx(txid):
+        block = chain.get_block(bid)
+        reasons = block_tx_reasons(chain, bid)
+        if block is None:
+            continue
+        if reasons is None:
+            pending = pending or bid
+            continue
+        index = next(i for i, tx in enumerate(block.txs) if tx.txid == txid)
+        height = chain.ls_height(bid) or 0
+        if reasons[index] == Reason.VALID:
+            confirmed = (bid, height)
+        elif invalid is None:
+            invalid = (bid, height, Reason(reasons[index]).label)
+    best_h = chain.best_height
+    if confirmed is not None:
+        return _tx(txid, "confirmed", confirmed[0], confirmed[1], best_h - confirmed[1] + 1)
+    if pending is not None:
+        return _tx(txid, "pending", pending, None, 0)
+    if txid in ctx.service.mempool:
+        return _tx(txid, "mempool", None, None, 0)
+    if invalid is not None:
+        return _tx(txid, "invalid", invalid[0], invalid[1], 0, invalid[2])
+    raise ApiError(404, "not-found", "unknown transaction")
+
+
+def _tx(
+    txid: bytes,
+    status: str,
+    block: bytes | None,
+    height: int | None,
+    confirmations: int,
+    reason: str | None = None,
+) -> web.Response:
+    return _json(
+        M.TxResponse.model_validate(
+            {
+                "txid": txid.hex(),
+                "status": status,
+                "block": block.hex() if block is not None else None,
+                "milestone_height": height,
+                "confirmations": confirmations,
+                "reason": reason,
+            }
+        )
+    )
+
+
+async def address(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    chain = ctx.service.chain
+    addr = _address(ctx, request.match_info["address"])
+    best_h = chain.best_height
+    utxos = utxos_of(chain, addr)
+    balance = sum(u.amount for _, _, u in utxos)
+    pending = balance
+    pool = ctx.service.mempool
+    for txid in pool.txids_by_fee_rate():
+        entry = pool.get(txid)
+        if entry is None:
+            continue
+        for out in entry.tx.outputs:
+            if out.address == addr:
+                pending += out.amount
+        for inp in entry.tx.inputs:
+            spent = chain.get_utxo(inp.txid, inp.out_index)
+            if spent is not None and spent.address == addr:
+                pending -= spent.amount
+    return _json(
+        M.AddressResponse(
+            address=encode_address(ctx.service.params.hrp, addr),
+            balance=str(balance),
+            pending_balance=str(pending),
+            utxos=[
+                M.UtxoItem(
+                    txid=t.hex(),
+                    index=i,
+                    amount=str(u.amount),
+                    confirmations=best_h - u.height + 1,
+                )
+                for t, i, u in utxos
+            ],
+        )
+    )
+
+
+async def mempool(request: web.Request) -> web.Response:
+    pool = request.app[CTX].service.mempool
+    txids = pool.txids_by_fee_rate(MEMPOOL_TXIDS_MAX)
+    return _json(
+        M.MempoolResponse(size=len(pool), bytes=pool.total_bytes, txids=[t.hex() for t in txids])
+    )
+
+
+async def peers(request: web.Request) -> web.Response:
+    view = request.app[CTX].peers
+    if view is None:
+        return _json([])
+    return _json([M.PeerInfo.model_validate(p) for p in view.peers_info()])
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[CTX].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC_DIR / "index.html")
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document(request.app[CTX].version))
+
+
+# ---------------------------------------------------------------------- write endpoints
+
+
+async def submit_tx(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    raw = await _raw_body(request)
+    try:
+        txid = ctx.service.submit_tx(raw, peer="api")
+    except MempoolDuplicate as exc:
+        txid = TxId(exc.txid)
+    except InvalidTransaction as exc:
+        status = 409 if exc.rule == "V6" else 400
+        code = exc.message if exc.rule == "V6" else exc.rule
+        raise ApiError(status, code, f"{exc.rule}: {exc.message}") from None
+    except MempoolFull as exc:
+        raise ApiError(503, "mempool-full", exc.message) from None
+    except MempoolError as exc:
+        raise ApiError(409, exc.code, exc.message) from None
+    return _json(M.SubmitTxResponse(txid=txid.hex()), status=202)
+
+
+def _template_json(ctx: ApiContext, t: BlockTemplate) -> M.TemplateResponse:
+    hrp = ctx.service.params.hrp
+    return M.TemplateResponse(
+        template_id=t.template_id.hex(),
+        version=t.version,
+        milestone_link=t.milestone_link.hex(),
+        previous_link=t.previous_link.hex(),
+        tip_link=t.tip_link.hex(),
+        merkle_root=t.merkle_root.hex(),
+        timestamp_ms=t.timestamp_ms,
+        target=t.target_bits,
+        target_value=str(t.target),
+        milestone_target_value=str(t.ms_target),
+        txs=[tx.raw.hex() for tx in t.txs],
+        peer_height=t.peer_height,
+        root=t.root.hex() if t.root is not None else None,
+        anchor=t.anchor.hex() if t.anchor is not None else None,
+        anchor_address=encode_address(hrp, t.anchor_address) if t.anchor_address else None,
+        redeemable=str(t.redeemable),
+        needs_registration=t.needs_registration,
+        catch_up=t.catch_up,
+    )
+
+
+async def mining_template(request: web.Request) -> web.Response:
+    _check_token(request)
+    ctx = request.app[CTX]
+    root_text = request.query.get("root")
+    register_text = request.query.get("register")
+    if (root_text is None) == (register_text is None):
+        raise ApiError(400, "bad-parameter", "give exactly one of ?root=HASH or ?register=ADDR")
+    root = _hex32(root_text, "root") if root_text is not None else None
+    register = _address(ctx, register_text) if register_text is not None else None
+    key = f"root:{root.hex()}" if root is not None else f"register:{bytes(register or b'').hex()}"
+    service = ctx.service
+    async with ctx.lock_for(key):
+        try:
+            template = try_build_template(
+                service.chain, service.mempool, service.clock(), root=root, register=register
+            )
+        except KeyError:
+            raise ApiError(404, "unknown-root", "no peer chain with that root") from None
+        except TemplateUnavailable as exc:
+            raise ApiError(503, exc.code, exc.message) from None
+    return _json(_template_json(ctx, template))
+
+
+def _root_key(ctx: ApiContext, raw: bytes) -> str:
+    """The lock key of a submitted block: its peer chain's root (or its own id if new)."""
+    chain = ctx.service.chain
+    try:
+        block = decode_block(raw, ctx.service.params)
+    except EncodingError:
+        return "malformed"
+    prev = block.header.previous_link
+    if prev == chain.genesis_id:
+        address = block.txs[0].outputs[0].address if block.txs and block.txs[0].outputs else b""
+        return f"register:{bytes(address).hex()}"
+    meta = chain.get_meta(prev)
+    return f"root:{meta.root.hex()}" if meta is not None else "orphan"
+
+
+async def mining_submit(request: web.Request) -> web.Response:
+    _check_token(request)
+    ctx = request.app[CTX]
+    raw = await _raw_body(request)
+    async with ctx.lock_for(_root_key(ctx, raw)):
+        try:
+            outcome = ctx.service.submit_block(raw, peer="api")
+        except InvalidBlock as exc:
+            raise ApiError(400, exc.rule, exc.message) from None
+        except NotYetValid as exc:
+            raise ApiError(409, exc.rule, f"{exc.message}; retry later") from None
+    status = 202 if outcome.status is BlockStatus.ORPHAN else 200
+    return _json(
+        M.SubmitBlockResponse(
+            hash=outcome.block_id.hex(),
+            is_milestone=outcome.is_milestone,
+            status=outcome.status.value,
+            missing=[m.hex() for m in outcome.missing],
+        ),
+        status=status,
+    )
+
+
+async def _admin(request: web.Request, invalidate: bool) -> web.Response:
+    _check_token(request)
+    service = request.app[CTX].service
+    ms = _hex32(request.match_info["milestone"], "milestone")
+    try:
+        reorg = service.invalidate(ms) if invalidate else service.reconsider(ms)
+    except KeyError:
+        raise ApiError(404, "not-a-milestone", "not an accepted milestone (or genesis)") from None
+    chain = service.chain
+    return _json(
+        M.AdminResponse(
+            best_milestone=chain.best_id.hex(), height=chain.best_height, changed=reorg is not None
+        )
+    )
+
+
+async def admin_invalidate(request: web.Request) -> web.Response:
+    return await _admin(request, invalidate=True)
+
+
+async def admin_reconsider(request: web.Request) -> web.Response:
+    return await _admin(request, invalidate=False)
+
+
+# ---------------------------------------------------------------------- events WebSocket
+
+
+async def events(request: web.Request) -> web.WebSocketResponse:
+    ctx = request.app[CTX]
+    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=4096)
+    await ws.prepare(request)
+    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+    def listener(event: NodeEvent) -> None:
+        if queue.qsize() < EVENT_QUEUE:
+            queue.put_nowait(event.to_json())
+        else:  # a slow client is dropped, never buffered without bound
+            ctx.service.unsubscribe(listener)
+            queue.put_nowait(None)
+
+    ctx.service.subscribe(listener)
+    ctx.sockets.add(ws)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            sender = tg.create_task(_send_events(ws, queue))
+            async for _ in ws:  # clients send nothing we need; this ends when they close
+                pass
+            sender.cancel()
+    finally:
+        ctx.service.unsubscribe(listener)
+        ctx.sockets.discard(ws)
+    return ws
+
+
+async def _send_events(
+    ws: web.WebSocketResponse, queue: asyncio.Queue[dict[str, Any] | None]
+) -> None:
+    while not ws.closed:
+        message = await queue.get()
+        try:
+            if message is None:
+                await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"too slow")
+                return
+            await ws.send_json(message)
+        except (ConnectionError, RuntimeError):  # closed under us: the reader ends too
+            return
+
+
+async def _close_sockets(app: web.Application) -> None:
+    for ws in list(app[CTX].sockets):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"node shutting down")
+
+
+# ---------------------------------------------------------------------- routes and OpenAPI
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    summary: str
+    response: type[BaseModel] | None = None
+    many: bool = False
+    request: type[BaseModel] | None = None
+    auth: bool = False
+    statuses: tuple[int, ...] = (200,)
+    content: str = "application/json"
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/v1/status", status, "Node status", M.StatusResponse),
+    Route(
+        "GET", "/v1/blocks/{hash}", get_block, "A block", M.BlockResponse, statuses=(200, 400, 404)
+    ),
+    Route(
+        "GET",
+        "/v1/blocks/{hash}/raw",
+        get_block_raw,
+        "Canonical block bytes",
+        statuses=(200, 400, 404),
+        content="application/octet-stream",
+    ),
+    Route(
+        "GET",
+        "/v1/milestones",
+        milestones,
+        "Best-chain milestones from ?start=H, at most ?limit=N",
+        M.MilestoneItem,
+        many=True,
+        statuses=(200, 400),
+    ),
+    Route(
+        "GET",
+        "/v1/milestones/{height}/level-set",
+        level_set,
+        "Block hashes of a level set in total order",
+        statuses=(200, 400, 404),
+    ),
+    Route(
+        "GET",
+        "/v1/txs/{txid}",
+        get_tx,
+        "A transaction's status",
+        M.TxResponse,
+        statuses=(200, 400, 404),
+    ),
+    Route(
+        "POST",
+        "/v1/txs",
+        submit_tx,
+        "Submit a transaction",
+        M.SubmitTxResponse,
+        request=M.RawRequest,
+        statuses=(202, 400, 409, 413, 503),
+    ),
+    Route(
+        "GET",
+        "/v1/addresses/{address}",
+        address,
+        "Balance and UTXOs",
+        M.AddressResponse,
+        statuses=(200, 400),
+    ),
+    Route("GET", "/v1/mempool", mempool, "Mempool summary", M.MempoolResponse),
+    Route("GET", "/v1/peers", peers, "Connected peers", M.PeerInfo, many=True),
+    Route(
+        "GET",
+        "/v1/mining/template",
+        mining_template,
+        "Block template for ?root=ROOT or ?register=KEYADDR",
+        M.TemplateResponse,
+        auth=True,
+        statuses=(200, 400, 401, 404, 503),
+    ),
+    Route(
+        "POST",
+        "/v1/mining/submit",
+        mining_submit,
+        "Submit a solved block",
+        M.SubmitBlockResponse,
+        request=M.RawRequest,
+        auth=True,
+        statuses=(200, 202, 400, 401, 409, 413),
+    ),
+    Route(
+        "POST",
+        "/v1/admin/invalidate/{milestone}",
+        admin_invalidate,
+        "Leave a milestone branch (F8)",
+        M.AdminResponse,
+        auth=True,
+        statuses=(200, 400, 401, 404),
+    ),
+    Route(
+        "POST",
+        "/v1/admin/reconsider/{milestone}",
+        admin_reconsider,
+        "Return to a milestone branch (F8)",
+        M.AdminResponse,
+        auth=True,
+        statuses=(200, 400, 401, 404),
+    ),
+    Route(
+        "GET",
+        "/v1/events",
+        events,
+        "WebSocket push of block/milestone/reorg/tx events",
+        M.EventMessage,
+    ),
+    Route("GET", "/metrics", metrics, "Prometheus metrics", content="text/plain"),
+    Route("GET", "/", index, "Explorer page", content="text/html"),
+    Route("GET", "/v1/openapi.json", openapi, "This document"),
+)
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """OpenAPI 3.1 from the route table and the pydantic models' JSON schemas."""
+    schemas: dict[str, Any] = {}
+
+    def ref(model: type[BaseModel]) -> dict[str, Any]:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+    error = {"application/json": {"schema": ref(M.ErrorResponse)}}
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        ok: dict[str, Any] = {"description": "OK"}
+        if route.response is not None:
+            schema = ref(route.response)
+            if route.many:
+                schema = {"type": "array", "items": schema}
+            ok["content"] = {route.content: {"schema": schema}}
+        else:
+            ok["content"] = {route.content: {}}
+        responses: dict[str, Any] = {}
+        for code in route.statuses:
+            responses[str(code)] = ok if code < 300 else {"description": "Error", "content": error}
+        op: dict[str, Any] = {"summary": route.summary, "responses": responses}
+        params = [
+            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+            for part in route.path.split("/")
+            if part.startswith("{")
+        ]
+        if params:
+            op["parameters"] = params
+        if route.request is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": ref(route.request)}},
+            }
+        if route.auth:
+            op["security"] = [{"bearer": []}]
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "dagchain node API", "version": version},
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def create_app(ctx: ApiContext, body_limit: int) -> web.Application:
+    """The API application: routes, JSON errors, body limit, static files."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=body_limit)
+    app[CTX] = ctx
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, route.handler)
+    app.router.add_static("/static/", STATIC_DIR, show_index=False)
+    app.on_shutdown.append(_close_sockets)
+    return app

@@ -1,0 +1,208 @@
+"""The composition root: builds every object of a node, runs it, and shuts it down in order.
+
+Clock -> store -> Chain -> Mempool -> NodeService -> metrics -> PeerManager (p2p) -> HTTP API.
+One ``asyncio.TaskGroup`` holds the long-running tasks (maintenance); SIGINT/SIGTERM set the stop
+event, then the node stops accepting (API and P2P listeners), closes its peers with close frames,
+and closes the database last, well within 10 s.
+"""
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+
+from dagchain.chain import Chain
+from dagchain.errors import StorageError
+from dagchain.mempool import Mempool
+from dagchain.storage import KVStore
+from dagchain.storage.memory import MemoryStore
+from node.api import ApiContext, create_app
+from node.config import NodeConfig
+from node.metrics import NodeMetrics
+from node.service import NodeEvent, NodeService
+
+__all__ = ["P2P_PATH", "StartupError", "run_node", "wall_clock_ms"]
+
+log = logging.getLogger("dagchain.node")
+P2P_PATH = "/dagchain/p2p/v1"
+MAINTENANCE_INTERVAL_S = 5.0
+SHUTDOWN_STEP_S = 2.5
+"""Each shutdown step (API listener, P2P listener, peers) gets at most this long: under 10 s."""
+CHAIN_DIR = "chain"
+
+
+class StartupError(Exception):
+    """The node cannot start for a reason the user can fix (one line)."""
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the Unix epoch: the node's one clock."""
+    return time.time_ns() // 1_000_000
+
+
+def open_store(config: NodeConfig) -> KVStore:
+    """LevelDB in ``<datadir>/chain``, or memory with ``--in-memory`` (never silently).
+
+    Raises:
+        StartupError: the LevelDB backend is not available.
+        StorageError: the database is damaged, locked or of another network.
+    """
+    if config.in_memory:
+        log.warning("--in-memory: the chain is kept in memory and lost at exit")
+        return MemoryStore()
+    try:
+        leveldb = importlib.import_module("dagchain.storage.leveldb")
+    except ImportError as exc:
+        raise StartupError(f"LevelDB backend unavailable ({exc}); use --in-memory") from None
+    store: KVStore = leveldb.LevelDBStore(config.data_path / CHAIN_DIR)
+    return store
+
+
+def _peer_manager_class() -> Any:
+    """Owner B's PeerManager, if node/peers.py is present in this build."""
+    try:
+        module = importlib.import_module("node.peers")
+    except ImportError as exc:
+        log.warning("peer-to-peer unavailable (%s): running without p2p", exc)
+        return None
+    return getattr(module, "PeerManager", None)
+
+
+async def _start_site(runner: web.AppRunner, host: str, port: int, what: str) -> None:
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        raise StartupError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from None
+
+
+@asynccontextmanager
+async def _listening(app: web.Application, host: str, port: int, what: str) -> AsyncIterator[None]:
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await _start_site(runner, host, port, what)
+        log.info("%s listening on http://%s:%d", what, host, port)
+        yield
+    finally:
+        try:
+            await asyncio.wait_for(runner.cleanup(), SHUTDOWN_STEP_S)
+        except TimeoutError:
+            log.warning("%s listener did not close within %.1f s", what, SHUTDOWN_STEP_S)
+
+
+def _log_events(event: NodeEvent) -> None:
+    if event.kind == "milestone":
+        log.info(
+            "milestone %d %s level set %d blocks, %d txs",
+            event.data["height"],
+            event.data["hash"][:16],
+            event.data["level_set_size"],
+            event.data["txs"],
+        )
+    elif event.kind == "reorg":
+        log.warning(
+            "reorganisation: undid %d, applied %d milestones",
+            len(event.data["undone"]),
+            len(event.data["applied"]),
+        )
+
+
+async def _maintenance(service: NodeService, stop: asyncio.Event) -> None:
+    """Mempool expiry and orphan expiry every few seconds until the stop event."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), MAINTENANCE_INTERVAL_S)
+        except TimeoutError:
+            txs, orphans = service.expire()
+            if txs or orphans:
+                log.info("expired %d mempool txs, %d orphans", txs, orphans)
+
+
+def _install_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run_node(config: NodeConfig, token: str, version: str) -> None:
+    """Run a node until SIGINT/SIGTERM (or until ``stop`` is set by a test).
+
+    Raises:
+        StartupError: a listener cannot bind, or no storage backend.
+        StorageError: the database cannot be opened (other network, damaged, locked).
+    """
+    config = config.resolved()
+    stop = asyncio.Event()
+    _install_signals(stop)
+    params = config.params
+    node_id = os.urandom(32)
+    async with AsyncExitStack() as stack:
+        store = open_store(config)
+        stack.callback(_close_store, store)
+        started = time.monotonic()
+        chain = Chain(params, store)
+        log.info(
+            "%s: best milestone %d %s, %d blocks (opened in %.1f s)",
+            params.network_id,
+            chain.best_height,
+            chain.best_id.hex()[:16],
+            len(chain.state.meta),
+            time.monotonic() - started,
+        )
+        service = NodeService(params, chain, Mempool(params), wall_clock_ms)
+        service.subscribe(_log_events)
+        peers = await _start_peers(config, service, node_id, stack)
+        metrics = NodeMetrics(service, lambda: peers.connected_count if peers is not None else 0)
+        ctx = ApiContext(service, config.network, version, node_id, token, metrics, peers)
+        app = create_app(ctx, config.api_body_limit)
+        await stack.enter_async_context(
+            _listening(app, config.api_host, config.resolved_api_port, "API")
+        )
+        log.info("node %s ready", node_id.hex()[:16])
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(_maintenance(service, stop), name="maintenance")
+        log.info("shutting down")
+    log.info("database closed")
+
+
+async def _start_peers(
+    config: NodeConfig, service: NodeService, node_id: bytes, stack: AsyncExitStack
+) -> Any:
+    if not config.p2p:
+        log.info("peer-to-peer disabled (--no-p2p)")
+        return None
+    manager_class = _peer_manager_class()
+    if manager_class is None:
+        return None
+    peers = manager_class(config, service, node_id)
+    p2p_app = web.Application(client_max_size=1024)
+    p2p_app.router.add_get(P2P_PATH, peers.handle_inbound)
+    # Exit order is reversed: listener closed first (stop accepting), then peers closed.
+    stack.push_async_callback(_stop_peers, peers)
+    await peers.start()
+    await stack.enter_async_context(
+        _listening(p2p_app, config.p2p_host, config.resolved_p2p_port, "P2P")
+    )
+    return peers
+
+
+async def _stop_peers(peers: Any) -> None:
+    try:
+        await asyncio.wait_for(peers.stop(), SHUTDOWN_STEP_S)
+    except TimeoutError:
+        log.warning("peers did not close within %.0f s", SHUTDOWN_STEP_S)
+
+
+def _close_store(store: KVStore) -> None:
+    try:
+        store.close()
+    except StorageError as exc:  # pragma: no cover - closing a healthy store does not fail
+        log.error("closing the database: %s", exc)

@@ -1,0 +1,194 @@
+"""Pydantic request and response models of the HTTP API (INTERFACES.md), edges only.
+
+Hashes are lowercase hex; integers that can exceed 2^53 (amounts, balances, chainwork, nonces,
+expanded targets) are decimal strings; compact targets, heights, counts and times are numbers.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AddressResponse",
+    "AdminResponse",
+    "BestMilestone",
+    "BlockResponse",
+    "ErrorBody",
+    "ErrorResponse",
+    "EventMessage",
+    "MempoolResponse",
+    "MempoolSummary",
+    "MilestoneItem",
+    "PeerInfo",
+    "RawRequest",
+    "StatusResponse",
+    "SubmitBlockResponse",
+    "SubmitTxResponse",
+    "Targets",
+    "TemplateResponse",
+    "TxResponse",
+    "UtxoItem",
+]
+
+Hex32 = str
+DecimalString = str
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ErrorBody(_Model):
+    code: str = Field(description="A stable code: a rule id such as H4 or T6, or a word")
+    message: str
+
+
+class ErrorResponse(_Model):
+    error: ErrorBody
+
+
+class RawRequest(_Model):
+    raw: str = Field(description="Canonical bytes as hex", max_length=4 * 1024 * 1024)
+
+
+class BestMilestone(_Model):
+    hash: Hex32
+    height: int
+    chainwork: DecimalString
+    timestamp_ms: int
+
+
+class MempoolSummary(_Model):
+    size: int
+    bytes: int
+
+
+class Targets(_Model):
+    block: int = Field(description="Compact block target of the best milestone")
+    milestone: int = Field(description="Compact milestone target of the best milestone")
+
+
+class StatusResponse(_Model):
+    network: str
+    version: str
+    node_id: str
+    best_milestone: BestMilestone
+    blocks: int
+    pending_blocks: int
+    mempool: MempoolSummary
+    peers: int
+    synced: bool
+    targets: Targets
+    p2p: bool
+
+
+class BlockResponse(_Model):
+    hash: Hex32
+    version: int
+    milestone_link: Hex32
+    previous_link: Hex32
+    tip_link: Hex32
+    merkle_root: Hex32
+    timestamp_ms: int
+    target: int
+    nonce: DecimalString
+    txids: list[Hex32]
+    is_milestone: bool
+    level_set_height: int | None
+    tx_status: list[str] = Field(description="Per tx: valid, invalid:<reason> or pending")
+    root: Hex32
+    peer_height: int
+    confirmations: int
+    size: int
+
+
+class MilestoneItem(_Model):
+    hash: Hex32
+    height: int
+    timestamp_ms: int
+    level_set_size: int
+
+
+class TxResponse(_Model):
+    txid: Hex32
+    status: Literal["mempool", "pending", "confirmed", "invalid", "unknown"]
+    block: Hex32 | None
+    milestone_height: int | None
+    confirmations: int
+    reason: str | None
+
+
+class SubmitTxResponse(_Model):
+    txid: Hex32
+
+
+class UtxoItem(_Model):
+    txid: Hex32
+    index: int
+    amount: DecimalString
+    confirmations: int
+
+
+class AddressResponse(_Model):
+    address: str
+    balance: DecimalString
+    pending_balance: DecimalString = Field(
+        description="balance, minus outputs spent by mempool txs, plus mempool outputs to it"
+    )
+    utxos: list[UtxoItem]
+
+
+class MempoolResponse(_Model):
+    size: int
+    bytes: int
+    txids: list[Hex32]
+
+
+class PeerInfo(_Model):
+    node_id: str
+    address: str
+    direction: str
+    best_milestone_height: int
+    score: int
+    connected_s: float
+
+
+class TemplateResponse(_Model):
+    template_id: Hex32
+    version: int
+    milestone_link: Hex32
+    previous_link: Hex32
+    tip_link: Hex32
+    merkle_root: Hex32
+    timestamp_ms: int
+    target: int = Field(description="Compact block target (the header field)")
+    target_value: DecimalString
+    milestone_target_value: DecimalString
+    txs: list[str] = Field(description="Canonical tx bytes as hex; tx[0] the REGISTRATION if any")
+    peer_height: int
+    root: Hex32 | None
+    anchor: Hex32 | None
+    anchor_address: str | None
+    redeemable: DecimalString
+    needs_registration: bool
+    catch_up: bool
+
+
+class SubmitBlockResponse(_Model):
+    hash: Hex32
+    is_milestone: bool
+    status: Literal["accepted", "duplicate", "orphan"]
+    missing: list[Hex32] = Field(default_factory=list)
+
+
+class AdminResponse(_Model):
+    best_milestone: Hex32
+    height: int
+    changed: bool
+
+
+class EventMessage(BaseModel):
+    """One message of ``GET /v1/events``; more keys per type (see docs/node.md)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["block", "milestone", "reorg", "tx"]
