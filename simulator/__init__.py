@@ -1,3 +1,7 @@
-"""The discrete-event simulator driving the real core (arrives with a later issue)."""
+"""The discrete-event simulator driving the real consensus core (issue 5).
+
+Run it with ``dagchain-sim run [SCENARIO.toml]`` or ``python -m simulator run``; see
+docs/simulator.md. Importing this package loads nothing else (no asyncio, no plotting).
+"""
 
 __all__: list[str] = []
