@@ -4,6 +4,7 @@ The network runs use the real core on tiny networks; the attack checks use the m
 models of simulator/adversary.py (marked as such: they race milestones, not network blocks).
 """
 
+import itertools
 import math
 import random
 from collections import Counter
@@ -51,7 +52,7 @@ def zero_delay_run() -> Simulation:
 
 def test_inter_block_times_are_exponential_at_the_block_rate(zero_delay_run: Simulation) -> None:
     times = sorted(r.created_ms for r in zero_delay_run.recorder.blocks.values())
-    gaps = [(b - a) / 1000.0 for a, b in zip(times, times[1:], strict=False)]
+    gaps = [(b - a) / 1000.0 for a, b in itertools.pairwise(times)]
     assert len(gaps) > 1500
     result = stats.kstest(gaps, "expon", args=(0, 1 / BLOCK_RATE))
     assert result.pvalue > 0.001, (result, sum(gaps) / len(gaps))
@@ -150,9 +151,9 @@ def test_double_spend_formula_matches_published_values() -> None:
 def test_selfish_mining_revenue_matches_eyal_sirer(alpha: float, gamma: float) -> None:
     batches, per_batch = 20, 4000
     rng = random.Random(int(alpha * 100) * 10 + int(gamma * 10))
-    shares = []
-    for _ in range(batches):
-        shares.append(SelfishMiner(alpha, gamma, 1 / 10_000, rng).run(Engine(), per_batch))
+    shares = [
+        SelfishMiner(alpha, gamma, 1 / 10_000, rng).run(Engine(), per_batch) for _ in range(batches)
+    ]
     mean = sum(shares) / batches
     se = math.sqrt(sum((s - mean) ** 2 for s in shares) / (batches - 1) / batches)
     assert abs(mean - selfish_revenue(alpha, gamma)) < 3 * se, (
