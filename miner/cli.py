@@ -1,0 +1,186 @@
+"""``dagchain-miner``: mine a peer chain against a node, or ``benchmark`` its hash rate.
+
+The command line of INTERFACES.md.
+
+User errors (an unreachable node, a bad token, a bad address, bad flags) print one line to stderr
+and exit 2, never a traceback.
+"""
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import aiohttp
+
+from dagchain.crypto import decode_address
+from dagchain.errors import DagchainError
+from dagchain.params import get_params
+from miner.controller import Miner, MinerConfig, MinerError
+from miner.pool import default_worker_kind, measure_hashrate
+from miner.search import KERNEL, search_nonce_native, search_nonce_python
+
+__all__ = ["main"]
+
+EXIT_USER_ERROR = 2
+log = logging.getLogger("dagchain.miner")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def build_mine_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dagchain-miner",
+        description="Mine a peer chain against a dagchain node ('dagchain-miner benchmark "
+        "--help' for the hash-rate benchmark).",
+    )
+    p.add_argument("--node", required=True, help="node API URL, e.g. http://127.0.0.1:27708")
+    p.add_argument("--address", required=True, help="payout address (bech32m) for redemptions")
+    p.add_argument("--threads", type=_positive_int, default=1, help="hashing workers")
+    p.add_argument("--token-file", type=Path, help="default ~/.dagchain/<network>/api.token")
+    p.add_argument("--datadir", type=Path, help="default ~/.dagchain/miner-<network>")
+    p.add_argument("--blocks", type=_positive_int, help="exit 0 after N accepted blocks")
+    p.add_argument("--redeem-every", type=_positive_int, default=10, help="blocks per redemption")
+    p.add_argument("--rate", type=_positive_float, default=4.0, help="max blocks per second")
+    p.add_argument("--status-interval", type=_positive_float, default=10.0, help="seconds")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def build_benchmark_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dagchain-miner benchmark", description="Hash rate with no node.")
+    p.add_argument("--threads", type=_positive_int, default=1, help="hashing workers")
+    p.add_argument("--seconds", type=_positive_float, default=5.0, help="measuring time")
+    p.add_argument("--workers", choices=["thread", "process"], help="default: by kernel")
+    p.add_argument(
+        "--kernel", choices=["c", "python"], help="default: the active one (" + KERNEL + ")"
+    )
+    return p
+
+
+def benchmark(argv: Sequence[str]) -> int:
+    args = build_benchmark_parser().parse_args(argv)
+    kernel = args.kernel or KERNEL
+    if kernel == "c" and KERNEL != "c":
+        _fail("the C kernel was not built (no C compiler at install time)")
+    search = search_nonce_native if kernel == "c" else search_nonce_python
+    kind = args.workers or default_worker_kind(releases_gil=kernel == "c")
+    print(f"kernel: {kernel}  workers: {args.threads} x {kind}  seconds: {args.seconds:g}")
+    rate = measure_hashrate(args.threads, args.seconds, kind=kind, search=search)
+    print(f"hashrate_hs: {rate:.0f}")
+    return 0
+
+
+def _dagchain_home() -> Path:
+    return Path(os.path.expanduser("~")) / ".dagchain"
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"dagchain-miner: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USER_ERROR)
+
+
+async def _node_network(session: aiohttp.ClientSession, node: str) -> str:
+    """The node's network name from ``GET /v1/status`` (no token needed)."""
+    url = node.rstrip("/") + "/v1/status"
+    try:
+        async with session.get(url) as resp:
+            if resp.status != 200:
+                raise MinerError(f"{url} answered {resp.status}; is this a dagchain node?")
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise MinerError(f"cannot reach the node at {node}: {_describe(exc)}") from exc
+    except ValueError as exc:
+        raise MinerError(f"{url} did not answer JSON; is this a dagchain node?") from exc
+    network = body.get("network") if isinstance(body, dict) else None
+    if not isinstance(network, str):
+        raise MinerError(f"{url} did not name its network")
+    return network
+
+
+async def _mine(args: argparse.Namespace) -> int:
+    timeout = aiohttp.ClientTimeout(total=30, connect=5)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        network = await _node_network(session, args.node)
+        try:
+            params = get_params(network)
+        except KeyError as exc:
+            raise MinerError(str(exc)) from exc
+        try:
+            payout = decode_address(params.hrp, args.address)
+        except DagchainError as exc:
+            raise MinerError(
+                f"bad --address {args.address!r} for {network} ({params.hrp}1...): {exc}"
+            ) from exc
+        home = _dagchain_home()
+        token_file = args.token_file or home / network / "api.token"
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise MinerError(f"cannot read the API token from {token_file}: {exc}") from exc
+        cfg = MinerConfig(
+            node=args.node,
+            payout=payout,
+            payout_text=args.address,
+            token=token,
+            datadir=args.datadir or home / f"miner-{network}",
+            network=network,
+            params=params,
+            threads=args.threads,
+            blocks=args.blocks,
+            redeem_every=args.redeem_every,
+            rate=args.rate,
+            status_interval_s=args.status_interval,
+        )
+        miner = Miner(cfg, session, out=lambda line: print(line, flush=True))
+        try:
+            return await miner.run()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise MinerError(f"lost the node at {args.node}: {_describe(exc)}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["benchmark"]:
+        return benchmark(argv[1:])
+    args = build_mine_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return asyncio.run(_mine(args))
+    except MinerError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,429 @@
+"""The mining loop against a node's API (shell: HTTP, WebSocket, files, worker pool).
+
+template -> nonce search -> submit -> next template, on the miner's own peer chain:
+
+- The redemption key (``redemption.key``, mode 0600) and the peer chain's root (``state.json``) live
+  in the datadir. Without a root the first template is asked for with ``?register=KEYADDR`` (the
+  key's address, never the payout address); the accepted block's id becomes the root, written
+  (atomically, fsynced) before anything else happens, so a restart continues the same peer chain.
+- ``/v1/events`` (WebSocket) pushes every new milestone or reorganisation; it aborts the running
+  search at once (a stale template) and the next template links the new milestone.
+- Every ``redeem_every`` accepted blocks, if the node reports a positive ``redeemable`` and the
+  anchor names our key, tx[0] is a REDEMPTION (§9 R4) built and signed here, paying the claim to
+  the payout address; its output[0] names our key again. The merkle root is recomputed.
+- ``rate`` caps accepted blocks per second (devnet, where almost every hash is a block).
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from dagchain.blocks import NONCE_OFFSET, BlockHeader, compute_merkle_root, make_block
+from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
+from dagchain.params import ConsensusParams
+from dagchain.transactions import (
+    REDEMPTION_INDEX,
+    Transaction,
+    TxKind,
+    TxOut,
+    decode_transaction,
+    sign_transaction,
+)
+from dagchain.types import Address, TxId
+from miner.pool import HashPool
+
+log = logging.getLogger("dagchain.miner")
+
+KEY_FILE = "redemption.key"
+STATE_FILE = "state.json"
+_HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=5)
+
+
+class MinerError(Exception):
+    """A user-facing failure: one line, exit status 2."""
+
+
+# --------------------------------------------------------------------------------------------------
+# datadir: key and peer-chain state
+# --------------------------------------------------------------------------------------------------
+
+
+def load_or_create_key(datadir: Path) -> bytes:
+    """The redemption secret key, created (mode 0600) on first use."""
+    path = datadir / KEY_FILE
+    if path.exists():
+        try:
+            secret = bytes.fromhex(path.read_text().strip())
+            xonly_pubkey(secret)
+        except Exception as exc:
+            raise MinerError(f"{path} does not hold a valid secret key: {exc}") from exc
+        return secret
+    datadir.mkdir(parents=True, exist_ok=True)
+    secret = _new_secret()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret.hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return secret
+
+
+def _new_secret() -> bytes:
+    """A random valid secret key (a draw >= the curve order, p ~ 2**-128, is drawn again)."""
+    while True:
+        secret = secrets.token_bytes(32)
+        try:
+            xonly_pubkey(secret)
+        except Exception:  # pragma: no cover
+            continue
+        return secret
+
+
+@dataclass
+class MinerState:
+    """What survives a restart: the network, the peer chain's root and its last block we saw."""
+
+    network: str
+    root: str | None = None
+    last_block: str | None = None
+    blocks: int = 0
+    last_redemption_anchor: str | None = None
+
+    @classmethod
+    def load(cls, datadir: Path, network: str) -> "MinerState":
+        path = datadir / STATE_FILE
+        if not path.exists():
+            return cls(network)
+        data = json.loads(path.read_text())
+        if data.get("network") != network:
+            raise MinerError(
+                f"{datadir} belongs to network {data.get('network')!r}, the node runs {network!r}"
+            )
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__ if k in data})
+
+    def save(self, datadir: Path) -> None:
+        """Atomic and durable: write a temporary file, fsync, rename."""
+        datadir.mkdir(parents=True, exist_ok=True)
+        tmp = datadir / (STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.__dict__, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, datadir / STATE_FILE)
+
+
+# --------------------------------------------------------------------------------------------------
+# templates and redemptions (pure helpers)
+# --------------------------------------------------------------------------------------------------
+
+
+def header_from_template(t: dict[str, Any], merkle_root: bytes | None = None) -> BlockHeader:
+    """The header (nonce 0) a template describes, optionally with another merkle root."""
+    return BlockHeader(
+        int(t["version"]),
+        bytes.fromhex(t["milestone_link"]),  # type: ignore[arg-type]
+        bytes.fromhex(t["previous_link"]),  # type: ignore[arg-type]
+        bytes.fromhex(t["tip_link"]),  # type: ignore[arg-type]
+        merkle_root if merkle_root is not None else bytes.fromhex(t["merkle_root"]),
+        int(t["timestamp_ms"]),
+        int(t["target"]),
+        0,
+    )
+
+
+def build_redemption(
+    secret: bytes, anchor: bytes, claim: int, payout: Address, params: ConsensusParams
+) -> Transaction:
+    """A REDEMPTION (§7.1, §9 R4): spends the anchor, names our key next, pays ``claim``."""
+    key_address = address_from_pubkey(xonly_pubkey(secret))
+    outputs = [TxOut(0, key_address), TxOut(claim, payout)]
+    return sign_transaction(
+        TxKind.REDEMPTION,
+        [(TxId(anchor), REDEMPTION_INDEX)],
+        outputs,
+        [secret],
+        params,
+        aux_rand=secrets.token_bytes(32),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# the controller
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stats:
+    """Counters for the status lines."""
+
+    started: float = field(default_factory=time.monotonic)
+    hashes: int = 0
+    search_s: float = 0.0
+    blocks: int = 0
+    milestones: int = 0
+    stale: int = 0
+    rejected: int = 0
+    redemptions: int = 0
+    milestones_seen: int = 0
+
+    def line(self, since: "Stats | None" = None) -> str:
+        hashes = self.hashes - (since.hashes if since else 0)
+        secs = self.search_s - (since.search_s if since else 0)
+        rate = hashes / secs if secs > 0 else 0.0
+        return (
+            f"status: hashrate_hs={rate:.0f} blocks={self.blocks} milestones={self.milestones} "
+            f"stale_templates={self.stale} rejected={self.rejected} "
+            f"redemptions={self.redemptions} milestones_seen={self.milestones_seen}"
+        )
+
+
+@dataclass
+class MinerConfig:
+    node: str
+    payout: Address
+    payout_text: str
+    token: str
+    datadir: Path
+    network: str
+    params: ConsensusParams
+    threads: int = 1
+    blocks: int | None = None
+    redeem_every: int = 10
+    rate: float = 4.0
+    status_interval_s: float = 10.0
+
+
+class Miner:
+    """One miner on one peer chain against one node."""
+
+    def __init__(
+        self,
+        cfg: MinerConfig,
+        session: aiohttp.ClientSession,
+        out: Callable[[str], None] = print,
+    ) -> None:
+        self.cfg = cfg
+        self.session = session
+        self.out = out
+        self.secret = load_or_create_key(cfg.datadir)
+        self.key_address = address_from_pubkey(xonly_pubkey(self.secret))
+        self.key_address_text = encode_address(cfg.params.hrp, self.key_address)
+        self.state = MinerState.load(cfg.datadir, cfg.network)
+        self.stats = Stats()
+        self.abort = threading.Event()
+        self.best_milestone: str | None = None
+        self._since_redemption = 0
+        self._headers = {"Authorization": f"Bearer {cfg.token}"}
+
+    # ---- HTTP ----------------------------------------------------------------------------------
+
+    async def _request(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        url = self.cfg.node.rstrip("/") + path
+        async with self.session.request(method, url, headers=self._headers, **kw) as resp:
+            try:
+                body = await resp.json(content_type=None)
+            except (json.JSONDecodeError, aiohttp.ContentTypeError):
+                body = {"error": {"code": "bad-json", "message": (await resp.text())[:200]}}
+            if resp.status in (401, 403):
+                raise MinerError(
+                    f"the node at {self.cfg.node} rejected the API token ({resp.status})"
+                )
+            return resp.status, body
+
+    async def get_template(self) -> dict[str, Any]:
+        if self.state.root is None:
+            query = {"register": self.key_address_text}
+        else:
+            query = {"root": self.state.root}
+        while True:
+            status, body = await self._request("GET", "/v1/mining/template", params=query)
+            if status == 200:
+                return dict(body)
+            if status in (404, 400) and self.state.root is not None:
+                raise MinerError(f"the node does not know our peer chain {self.state.root}: {body}")
+            if status >= 500 or status == 409:  # not ready (e.g. syncing): retry
+                log.warning("template not available (%s): %s", status, body)
+                await asyncio.sleep(1)
+                continue
+            raise MinerError(f"template request failed ({status}): {body}")
+
+    async def submit(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        status, body = await self._request("POST", "/v1/mining/submit", json={"raw": raw.hex()})
+        return status, dict(body)
+
+    # ---- events --------------------------------------------------------------------------------
+
+    async def follow_events(self) -> None:
+        """Abort the running search on every new milestone or reorganisation (reconnects)."""
+        url = self.cfg.node.rstrip("/") + "/v1/events"
+        while True:
+            try:
+                async with self.session.ws_connect(url, headers=self._headers, heartbeat=20) as ws:
+                    async for msg in ws:
+                        if msg.type == aiohttp.WSMsgType.TEXT:
+                            self.on_event(json.loads(msg.data))
+                        elif msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
+                            break
+            except (aiohttp.ClientError, OSError) as exc:
+                log.warning("events stream lost (%s); reconnecting", exc)
+            await asyncio.sleep(1)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind in ("milestone", "reorg"):
+            self.stats.milestones_seen += kind == "milestone"
+            ms = event.get("hash") or (event.get("best_milestone") or {}).get("hash")
+            if isinstance(ms, str):
+                self.best_milestone = ms
+            self.abort.set()
+
+    # ---- one block -----------------------------------------------------------------------------
+
+    def _prepare(self, t: dict[str, Any]) -> tuple[BlockHeader, list[Transaction], bool]:
+        """Header and txs to hash; tx[0] becomes our REDEMPTION when one is due."""
+        params = self.cfg.params
+        txs = [decode_transaction(bytes.fromhex(x), params) for x in t["txs"]]
+        redeemable = int(t.get("redeemable") or 0)
+        anchor = t.get("anchor")
+        due = (
+            not t.get("needs_registration")
+            and self._since_redemption >= self.cfg.redeem_every
+            and redeemable > 0
+            and isinstance(anchor, str)
+            and anchor != self.state.last_redemption_anchor  # the last one is ordered
+            and t.get("anchor_address") in (self.key_address_text, self.key_address.hex())
+            and len(txs) < params.block_capacity
+        )
+        if not due:
+            return header_from_template(t), txs, False
+        assert isinstance(anchor, str)  # noqa: S101 - narrowed by `due`
+        red = build_redemption(
+            self.secret, bytes.fromhex(anchor), redeemable, self.cfg.payout, params
+        )
+        txs = [red, *txs]
+        return header_from_template(t, compute_merkle_root(txs)), txs, True
+
+    async def mine_one(self, pool: HashPool) -> bool:
+        """One template to one submission; False when the search went stale."""
+        self.abort.clear()
+        t = await self.get_template()
+        header, txs, redeeming = self._prepare(t)
+        prefix = header.encode()[:NONCE_OFFSET]
+        target = int(t["target_value"])
+        start = secrets.randbelow(1 << 62)
+        result = await asyncio.to_thread(pool.search, prefix, target, start=start, abort=self.abort)
+        self.stats.hashes += result.hashes
+        self.stats.search_s += result.seconds
+        if result.nonce is None:
+            self.stats.stale += 1
+            return False
+        hdr = header_from_template(t, header.merkle_root)
+        block = make_block(
+            BlockHeader(
+                hdr.version,
+                hdr.milestone_link,
+                hdr.previous_link,
+                hdr.tip_link,
+                hdr.merkle_root,
+                hdr.timestamp_ms,
+                hdr.target,
+                result.nonce,
+            ),
+            txs,
+        )
+        status, body = await self.submit(block.raw)
+        return self._on_submitted(t, block.id.hex(), status, body, redeeming)
+
+    def _on_submitted(
+        self, t: dict[str, Any], block_hash: str, status: int, body: dict[str, Any], redeem: bool
+    ) -> bool:
+        if status == 200:
+            if t.get("needs_registration"):
+                self.state.root = body.get("hash", block_hash)
+                log.info("registered peer chain %s", self.state.root)
+            self.state.last_block = body.get("hash", block_hash)
+            self.state.blocks += 1
+            if redeem:
+                self.state.last_redemption_anchor = t.get("anchor")
+                self.stats.redemptions += 1
+                self._since_redemption = 0
+            else:
+                self._since_redemption += 1
+            self.state.save(self.cfg.datadir)
+            self.stats.blocks += 1
+            self.stats.milestones += bool(body.get("is_milestone"))
+            return True
+        if status == 202:
+            log.info("block %s held as an orphan by the node", block_hash)
+            return True
+        self.stats.rejected += 1
+        log.warning("block %s not accepted (%s): %s", block_hash, status, body)
+        return False
+
+    # ---- main loop -----------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Mine until ``blocks`` accepted blocks (or forever); returns the exit status."""
+        self.out(
+            f"miner: network={self.cfg.network} key={self.key_address_text} "
+            f"payout={self.cfg.payout_text} root={self.state.root or '(registering)'} "
+            f"threads={self.cfg.threads} kernel={_kernel_name()}"
+        )
+        events = asyncio.create_task(self.follow_events())
+        status_task = asyncio.create_task(self._status_loop())
+        min_gap = 1.0 / self.cfg.rate if self.cfg.rate > 0 else 0.0
+        try:
+            with HashPool(self.cfg.threads) as pool:
+                last = 0.0
+                while self.cfg.blocks is None or self.stats.blocks < self.cfg.blocks:
+                    wait = last + min_gap - time.monotonic()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    if await self.mine_one(pool):
+                        last = time.monotonic()
+                    elif self.stats.rejected and self.stats.rejected % 5 == 0:
+                        await asyncio.sleep(0.5)  # a run of rejections: do not spin
+        finally:
+            events.cancel()
+            status_task.cancel()
+            for task in (events, status_task):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self.out(self.stats.line())
+        return 0
+
+    async def _status_loop(self) -> None:
+        prev = Stats(hashes=0, search_s=0.0)
+        while True:
+            await asyncio.sleep(self.cfg.status_interval_s)
+            self.out(self.stats.line(prev))
+            prev = Stats(hashes=self.stats.hashes, search_s=self.stats.search_s)
+
+
+def _kernel_name() -> str:
+    from miner.search import KERNEL
+
+    return KERNEL
+
+
+__all__ = [
+    "Miner",
+    "MinerConfig",
+    "MinerError",
+    "MinerState",
+    "Stats",
+    "build_redemption",
+    "header_from_template",
+    "load_or_create_key",
+]
