@@ -1,0 +1,565 @@
+"""Functional test framework: real ``dagchain-node`` processes on 127.0.0.1 (STYLE.md §6).
+
+- :class:`TestNetwork` starts N devnet nodes (``python -m node.cli start``) with temporary
+  datadirs and free ports, wires them with ``--peer``, and kills every process at cleanup. On a
+  failing test the fixture prints each node's log.
+- :class:`NodeProcess` is one daemon plus a small JSON API client (bearer token read from
+  ``<datadir>/api.token``).
+- :class:`BlockFactory` builds real-PoW devnet blocks against its own local ``Chain`` replica
+  (devnet: nearly every hash is a block), so tests submit valid blocks without a miner.
+- :class:`FakePeer` speaks the wire protocol from a background thread, for hostile-peer tests.
+- :func:`wait_until` is the only way to wait: a predicate, a timeout and what we waited for.
+"""
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from dagchain.blocks import Block
+from dagchain.chain import BlockStatus, Chain
+from dagchain.genesis import FAUCET_ADDRESS
+from dagchain.params import DEVNET
+from dagchain.storage.memory import MemoryStore
+from node import wire
+from tests.dagchain.builders import address_of_secret, build_block, secret_of
+
+log = logging.getLogger("functional")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 20.0
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
+    """Poll ``predicate`` until it is truthy; raise AssertionError naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+            last_error = None
+        except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+            last_error = exc
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+    suffix = f" (last error: {last_error})" if last_error is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}{suffix}")
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ApiError(Exception):
+    """A non-2xx API answer."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+class NodeProcess:
+    """One ``dagchain-node start --network devnet`` process and its API."""
+
+    def __init__(self, index: int, datadir: Path, extra_args: Sequence[str] = ()) -> None:
+        self.index = index
+        self.name = f"node{index}"
+        self.datadir = datadir
+        self.p2p_port = free_port()
+        self.api_port = free_port()
+        self.peers: list[str] = []
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = datadir.parent / f"{self.name}.log"
+        self._log_file: Any = None
+
+    @property
+    def p2p_address(self) -> str:
+        """``127.0.0.1:PORT`` of the P2P listener."""
+        return f"127.0.0.1:{self.p2p_port}"
+
+    @property
+    def url(self) -> str:
+        """Base URL of the API."""
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def command(self) -> list[str]:
+        """The command line of this node."""
+        cmd = [
+            sys.executable,
+            "-m",
+            "node.cli",
+            "start",
+            "--network",
+            "devnet",
+            "--datadir",
+            str(self.datadir),
+            "--p2p-host",
+            "127.0.0.1",
+            "--p2p-port",
+            str(self.p2p_port),
+            "--api-port",
+            str(self.api_port),
+            "--no-discovery",
+            "--log-level",
+            "debug" if os.environ.get("DAGCHAIN_TEST_DEBUG") else "info",
+        ]
+        for peer in self.peers:
+            cmd += ["--peer", peer]
+        return cmd + self.extra_args
+
+    def start(self, wait: bool = True) -> None:
+        """Start the process (appending to its log) and wait until the API answers."""
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        self._log_file = self.log_path.open("ab")
+        self._log_file.write(f"\n===== start {' '.join(self.command())}\n".encode())
+        self._log_file.flush()
+        self.process = subprocess.Popen(
+            self.command(),
+            cwd=REPO_ROOT,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if wait:
+            wait_until(self.is_up, STARTUP_TIMEOUT_S, f"{self.name} to answer /v1/status")
+
+    def is_up(self) -> bool:
+        """True if the process runs and /v1/status answers."""
+        if self.process is None or self.process.poll() is not None:
+            raise AssertionError(f"{self.name} exited:\n{self.log_tail()}")
+        try:
+            self.status()
+        except (OSError, urllib.error.URLError, ApiError):
+            return False
+        return True
+
+    def wait(self, predicate: Callable[["NodeProcess"], object], timeout: float, what: str) -> None:
+        """``wait_until(predicate(self))``, naming this node in the failure."""
+        wait_until(functools.partial(predicate, self), timeout, f"{self.name} {what}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._close_log()
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM and wait; returns the exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._close_log()
+        return self.process.returncode
+
+    def restart(self) -> None:
+        """Start again on the same datadir and ports."""
+        self.kill()
+        self.start()
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of this node's log."""
+        if not self.log_path.exists():
+            return "(no log)"
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    # ------------------------------------------------------------------ API client
+    @property
+    def token(self) -> str:
+        """The bearer token the node wrote at start."""
+        return (self.datadir / "api.token").read_text().strip()
+
+    def request(
+        self, method: str, path: str, body: Any = None, auth: bool = False, timeout: float = 10.0
+    ) -> Any:
+        """One JSON API call; raises ApiError on a non-2xx status."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                payload = raw.decode(errors="replace")
+            raise ApiError(exc.code, payload) from None
+
+    def status(self) -> dict[str, Any]:
+        """GET /v1/status."""
+        result: dict[str, Any] = self.request("GET", "/v1/status", timeout=3.0)
+        return result
+
+    def best(self) -> tuple[str, int]:
+        """(best milestone hash, height)."""
+        best = self.status()["best_milestone"]
+        return str(best["hash"]), int(best["height"])
+
+    def has_block(self, block_id: bytes) -> bool:
+        """True if GET /v1/blocks/{hash} finds it."""
+        try:
+            self.request("GET", f"/v1/blocks/{block_id.hex()}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def submit_block(self, block: Block) -> dict[str, Any]:
+        """POST /v1/mining/submit."""
+        result: dict[str, Any] = self.request(
+            "POST", "/v1/mining/submit", {"raw": block.raw.hex()}, auth=True
+        )
+        return result
+
+    def peer_count(self) -> int:
+        """Connected peers."""
+        return len(self.request("GET", "/v1/peers"))
+
+    def level_set(self, height: int) -> list[str]:
+        """Block hashes of a best-chain level set in total order."""
+        result = self.request("GET", f"/v1/milestones/{height}/level-set")
+        rows = result["blocks"] if isinstance(result, dict) else result
+        return [str(h) for h in rows]
+
+    def milestones(self) -> list[str]:
+        """Every best-chain milestone hash from genesis."""
+        out: list[str] = []
+        start = 0
+        while True:
+            page = self.request("GET", f"/v1/milestones?start={start}&limit=1000")
+            rows = page["milestones"] if isinstance(page, dict) else page
+            out += [str(r["hash"]) for r in rows]
+            if len(rows) < 1000:
+                return out
+            start += len(rows)
+
+    def ledger_digest(self) -> str:
+        """BLAKE2b over every best-chain milestone, its level set and the faucet's UTXOs."""
+        h = hashlib.blake2b(digest_size=32)
+        for height, ms in enumerate(self.milestones()):
+            h.update(ms.encode())
+            h.update(",".join(self.level_set(height)).encode())
+        addr = self.request("GET", f"/v1/addresses/{FAUCET_ADDRESS.hex()}")
+        h.update(json.dumps(addr, sort_keys=True).encode())
+        return h.hexdigest()
+
+
+class TestNetwork:
+    """N real devnet nodes on 127.0.0.1; every process is killed at cleanup."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.nodes: list[NodeProcess] = []
+
+    def add_node(self, peers: Sequence[NodeProcess] = (), start: bool = True) -> NodeProcess:
+        """A new node dialing ``peers`` (one direction only, so no duplicate connections)."""
+        node = NodeProcess(len(self.nodes), self.root / f"node{len(self.nodes)}" / "data")
+        node.peers = [p.p2p_address for p in peers]
+        self.nodes.append(node)
+        if start:
+            node.start()
+        return node
+
+    def start(self, count: int, topology: str = "line") -> list[NodeProcess]:
+        """``count`` nodes: ``line`` (each dials the previous one) or ``star`` (all dial node 0)."""
+        out: list[NodeProcess] = []
+        for i in range(count):
+            if i == 0:
+                peers: list[NodeProcess] = []
+            elif topology == "star":
+                peers = [out[0]]
+            else:
+                peers = [out[i - 1]]
+            out.append(self.add_node(peers, start=False))
+        for node in out:
+            node.start(wait=False)
+        for node in out:
+            wait_until(node.is_up, STARTUP_TIMEOUT_S, f"{node.name} to answer /v1/status")
+        return out
+
+    def wait_connected(self, nodes: Sequence[NodeProcess], minimum: int = 1) -> None:
+        """Every node has at least ``minimum`` ready peers."""
+        for node in nodes:
+            node.wait(lambda n: n.peer_count() >= minimum, 20, "to have peers")
+
+    def wait_same_best(self, nodes: Sequence[NodeProcess], want: str, timeout: float = 60) -> None:
+        """Every node's best milestone is ``want``."""
+        for node in nodes:
+            node.wait(lambda n: n.best()[0] == want, timeout, f"to reach milestone {want[:16]}")
+
+    def cleanup(self) -> None:
+        """Kill every process (SIGKILL after a short SIGTERM grace)."""
+        for node in self.nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if node.process is not None:
+                    node.process.wait(5)
+            node.kill()
+
+    def dump_logs(self) -> str:
+        """Every node's log tail, for a failing test."""
+        return "\n".join(f"----- {n.name} ({n.log_path})\n{n.log_tail(80)}" for n in self.nodes)
+
+
+class BlockFactory:
+    """Real-PoW devnet blocks built against a local Chain replica (no rule re-implemented).
+
+    Each miner key owns one peer chain; ``mine`` extends them round-robin, each block linking
+    the replica's best milestone and, as its tip, the newest block of another peer chain.
+    """
+
+    def __init__(self, miners: int = 3, first_key: int = 100) -> None:
+        self.params = DEVNET
+        self.chain = Chain(DEVNET, MemoryStore())
+        self.keys = [address_of_secret(secret_of(first_key + i)) for i in range(miners)]
+        self.heads: dict[int, bytes] = {}
+        self.blocks: list[Block] = []
+        self._turn = 0
+
+    def fork(self, first_key: int) -> "BlockFactory":
+        """A second factory holding the same blocks (for partitions), with its own miners."""
+        other = BlockFactory(len(self.keys), first_key)
+        for block in self.blocks:
+            other.chain.on_block(block.raw, _now_ms())
+        other.blocks = list(self.blocks)
+        return other
+
+    def add(self, block: Block) -> None:
+        """Accept a block built elsewhere into the replica."""
+        out = self.chain.on_block(block.raw, _now_ms())
+        if out.status is BlockStatus.ACCEPTED:
+            self.blocks.append(block)
+
+    def mine(self, count: int, want_milestone: bool | None = None) -> list[Block]:
+        """``count`` new blocks, accepted by the replica, in a valid delivery order."""
+        out = []
+        for _ in range(count):
+            miner = self._turn % len(self.keys)
+            self._turn += 1
+            out.append(self._mine_one(miner, want_milestone))
+        return out
+
+    def mine_milestones(self, count: int) -> list[Block]:
+        """Blocks until ``count`` of them are milestones (all returned, in order)."""
+        out: list[Block] = []
+        found = 0
+        while found < count:
+            block = self.mine(1)[0]
+            out.append(block)
+            meta = self.chain.get_meta(block.id)
+            found += 1 if meta is not None and meta.is_milestone else 0
+        return out
+
+    def _mine_one(self, miner: int, want_milestone: bool | None) -> Block:
+        chain = self.chain
+        head = self.heads.get(miner)
+        if head is not None and not chain.has_block(head):
+            head = None
+        previous = head if head is not None else chain.genesis_id
+        tip = self._tip(previous)
+        ms_block = chain.get_block(chain.best_id)
+        prev_block = chain.get_block(previous)
+        assert ms_block is not None
+        assert prev_block is not None
+        ts = max(_now_ms() - 2_000, ms_block.header.timestamp_ms, prev_block.header.timestamp_ms)
+        block = build_block(
+            chain,
+            previous=previous,
+            tip=tip,
+            timestamp_ms=ts,
+            register=self.keys[miner] if head is None else None,
+            want_milestone=want_milestone,
+            nonce_start=int.from_bytes(os.urandom(6), "little"),
+        )
+        outcome = chain.on_block(block.raw, _now_ms())
+        assert outcome.status is BlockStatus.ACCEPTED, outcome
+        self.heads[miner] = block.id
+        self.blocks.append(block)
+        return block
+
+    def _tip(self, previous: bytes) -> bytes | None:
+        """The newest block of another peer chain (or None: the builder's default)."""
+        for block in reversed(self.blocks[-8:]):
+            if block.id != previous:
+                return block.id
+        return None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FakePeer:
+    """A scripted peer speaking the wire protocol from its own thread and event loop."""
+
+    def __init__(self, node: NodeProcess, node_id: bytes | None = None) -> None:
+        self.node = node
+        self.node_id = node_id if node_id is not None else os.urandom(32)
+        self.received: list[wire.Message] = []
+        self.close_code: int | None = None
+        self.closed = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._reader: asyncio.Future[None] | None = None
+
+    def _call(self, coro: Any, timeout: float = 10.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def connect(self, hello: bool = True) -> None:
+        """Open the WebSocket (and send a matching hello)."""
+        self._call(self._connect())
+        if hello:
+            genesis = _devnet_genesis()
+            self.send(
+                wire.Hello(
+                    proto=1,
+                    network=DEVNET.network_id,
+                    genesis=genesis,
+                    node=self.node_id,
+                    best=genesis,
+                    height=0,
+                    work=bytes(32),
+                    port=0,
+                    agent="fakepeer",
+                    time=_now_ms(),
+                )
+            )
+            wait_until(
+                lambda: any(isinstance(m, wire.Hello) for m in self.received) or self.is_closed(),
+                10,
+                "the node's hello",
+            )
+
+    async def _connect(self) -> None:
+        self._session = aiohttp.ClientSession()
+        self._ws = await self._session.ws_connect(
+            f"http://127.0.0.1:{self.node.p2p_port}{wire.PROTOCOL_PATH}",
+            max_msg_size=0,
+            autoping=True,
+        )
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self._ws is not None
+        async for msg in self._ws:
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                with contextlib.suppress(wire.RemoteProtocolError):
+                    self.received.append(wire.decode_frame(bytes(msg.data)))
+        self.close_code = self._ws.close_code
+        self.closed.set()
+
+    def is_closed(self) -> bool:
+        """True once the node closed the connection."""
+        return self.closed.is_set()
+
+    def send(self, msg: wire.Message) -> None:
+        """Send one encoded message."""
+        self.send_raw(wire.encode_message(msg))
+
+    def send_raw(self, data: bytes) -> None:
+        """Send raw bytes as one binary frame (may be malformed or oversized)."""
+        self._call(self._send(data))
+
+    def send_text(self, text: str) -> None:
+        """Send a text frame."""
+        self._call(self._send_text(text))
+
+    async def _send(self, data: bytes) -> None:
+        if self._ws is not None and not self._ws.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self._ws.send_bytes(data)
+
+    async def _send_text(self, text: str) -> None:
+        if self._ws is not None and not self._ws.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self._ws.send_str(text)
+
+    def close(self) -> None:
+        """Close the socket and stop the thread."""
+        with contextlib.suppress(Exception):
+            self._call(self._close(), 5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._session is not None:
+            await self._session.close()
+
+
+def _devnet_genesis() -> bytes:
+    return Chain(DEVNET, MemoryStore()).genesis_id
+
+
+@contextlib.contextmanager
+def network_context(root: Path) -> Iterator[TestNetwork]:
+    """A TestNetwork whose processes die with the context (logs printed on failure)."""
+    net = TestNetwork(root)
+    try:
+        yield net
+    except BaseException:
+        print(net.dump_logs())
+        raise
+    finally:
+        net.cleanup()
+
+
+__all__ = [
+    "ApiError",
+    "BlockFactory",
+    "FakePeer",
+    "NodeProcess",
+    "TestNetwork",
+    "free_port",
+    "network_context",
+    "wait_until",
+]
