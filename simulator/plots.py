@@ -5,6 +5,7 @@ matplotlib is imported lazily (Agg backend), so runs without plots never load it
 
 import csv
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def plot_sweep(csv_path: Path, x: str, ys: tuple[str, ...]) -> Path:
         groups: dict[float, list[float]] = {}
         for r in rows:
             try:
-                groups.setdefault(float(r[x]), []).append(float(r[y]))
+                groups.setdefault(float(Fraction(r[x])), []).append(float(r[y]))
             except (KeyError, ValueError):
                 continue
         xs = sorted(groups)

@@ -72,3 +72,38 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "blocks.csv").read_bytes() == (
         tmp_path / "b" / "blocks.csv"
     ).read_bytes()
+
+
+def test_sweep_runs_each_point_and_seed_into_one_csv(tmp_path: Path) -> None:
+    spec = tmp_path / "sweep.toml"
+    spec.write_text(
+        'seeds = [1, 2]\nset = ["nodes=3", "duration_s=10", "miners.count=2"]\n'
+        '[grid]\n"chain.sortition_c" = ["1/10", "1/2"]\n'
+    )
+    assert main(["sweep", str(spec), "--executor", "local", "--out", str(tmp_path / "o")]) == 0
+    with (tmp_path / "o" / "sweep.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["chain.sortition_c"], r["seed"]) for r in rows] == [
+        ("1/10", "1"),
+        ("1/10", "2"),
+        ("1/2", "1"),
+        ("1/2", "2"),
+    ]
+    assert "propagation_s.p90" in rows[0]
+    assert (tmp_path / "o" / "sweep.png").exists()
+
+
+def test_sweep_with_a_missing_executor_says_how_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("simulator.sweep")
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('set = ["nodes=2", "duration_s=1"]\n[grid]\nseed = [1]\n')
+    try:
+        import ray  # noqa: F401
+
+        pytest.skip("ray is installed")
+    except ImportError:
+        pass
+    assert main(["sweep", str(spec), "--executor", "ray", "--out", str(tmp_path / "o")]) == 2
+    assert "dagchain[cluster]" in capsys.readouterr().err
