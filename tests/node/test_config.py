@@ -1,0 +1,119 @@
+"""NodeConfig from TOML and flags, and dagchain-node's user errors (exit 2, one line)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from node.cli import lock_datadir, main, write_token
+from node.config import ConfigError, load_config
+
+NODE = [sys.executable, "-m", "node.cli"]
+
+
+def test_defaults_resolve_from_the_network(tmp_path: Path) -> None:
+    config = load_config({"network": "devnet", "datadir": tmp_path})
+    assert config.resolved_api_port == 27708
+    assert config.resolved_p2p_port == 27707
+    assert config.api_host == "127.0.0.1"
+    assert config.data_path == tmp_path
+    assert config.resolved().api_port == 27708
+
+
+def test_default_datadir_is_per_network() -> None:
+    config = load_config({"network": "testnet"})
+    assert config.data_path == Path.home() / ".dagchain" / "testnet"
+
+
+def test_file_values_apply_and_flags_override(tmp_path: Path) -> None:
+    (tmp_path / "dagchain.toml").write_text(
+        'network = "devnet"\napi-port = 1234\np2p_port = 1235\npeers = ["a:1", "[::1]:2"]\n'
+        'log_format = "json"\n'
+    )
+    config = load_config({"datadir": tmp_path, "api_port": 999, "network": None})
+    assert config.network == "devnet"
+    assert config.api_port == 999
+    assert config.p2p_port == 1235
+    assert config.peer_addresses == [("a", 1), ("::1", 2)]
+    assert config.log_format == "json"
+
+
+def test_explicit_config_file_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config({}, tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bogus = 1\n", "unknown config key 'bogus'"),
+        ("api_port = 70000\n", "bad value for api_port"),
+        ('peers = ["nohostport"]\n', "is not HOST:PORT"),
+        ('network = "moon"\n', "bad value for network"),
+        ("api_port = \n", "not valid TOML"),
+    ],
+)
+def test_bad_config_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config({}, path)
+    assert "\n" not in str(err.value)
+
+
+def test_token_file_is_private_and_random(tmp_path: Path) -> None:
+    first = write_token(tmp_path)
+    mode = (tmp_path / "api.token").stat().st_mode & 0o777
+    assert mode == 0o600
+    assert len(first) == 64
+    assert write_token(tmp_path) != first
+
+
+def test_datadir_lock_is_exclusive(tmp_path: Path) -> None:
+    held = lock_datadir(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match="in use by another dagchain-node"):
+            lock_datadir(tmp_path)
+    finally:
+        held.close()
+    lock_datadir(tmp_path).close()
+
+
+def test_missing_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "a command is required" in capsys.readouterr().err
+
+
+def test_bad_config_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "dagchain.toml").write_text("nope = true\n")
+    assert main(["start", "--network", "devnet", "--datadir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unknown config key 'nope'" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["start", "--network", "moon"],
+        ["start", "--api-port", "x"],
+        ["start", "--bogus"],
+        ["frobnicate"],
+    ],
+)
+def test_bad_flags_exit_2_with_one_line_and_no_traceback(args: list[str]) -> None:
+    proc = subprocess.run([*NODE, *args], capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_version_prints_and_exits_0() -> None:
+    proc = subprocess.run(
+        [*NODE, "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("dagchain ")
