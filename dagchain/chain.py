@@ -82,11 +82,19 @@ class BlockOutcome:
 class Chain:
     """The consensus state machine over a KVStore (one owner; not thread-safe by design)."""
 
-    def __init__(self, params: ConsensusParams, store: KVStore) -> None:
+    def __init__(
+        self, params: ConsensusParams, store: KVStore, *, memory_window: int | None = None
+    ) -> None:
+        """Open (or initialise) the chain stored in ``store``.
+
+        ``memory_window``: milestones below the best head whose blocks, level sets and indexes
+        stay in memory (default twice punctuality, at least 1); older history is read
+        from the store on demand (issue 3).
+        """
         self.params = params
         self.store = store
         self.genesis = genesis_block(params)
-        self.state = ChainState(params, store)
+        self.state = ChainState(params, store, memory_window)
         self.orphans = OrphanPool(params)
         self._invalid: OrderedDict[BlockId, str] = OrderedDict()
         self._sig_ok: OrderedDict[TxId, None] = OrderedDict()
@@ -235,7 +243,7 @@ class Chain:
 
     def blocks_with_tx(self, txid: bytes) -> list[BlockId]:
         """Every accepted block that contains the txid."""
-        return list(self.state.tx_index.get(TxId(txid), ()))
+        return self.state.blocks_with_tx(txid)
 
     def is_known_invalid(self, block_id: bytes) -> bool:
         """True if the block id is in the invalid cache."""
@@ -599,17 +607,16 @@ class Chain:
         final_h = st.snapshots[st.final].height
         eligible: dict[BlockId, bool] = {st.final: st.final not in st.invalidated}
         best = st.final
-        ordered = sorted(st.snapshots, key=lambda b: (st.snapshots[b].height, st.meta[b].seq))
-        for ms in ordered:
-            snap = st.snapshots[ms]
-            if snap.height <= final_h:
-                continue
+        ordered = sorted(
+            (snap.height, st.meta[ms].seq, ms, snap) for ms, snap in st.milestones_above(final_h)
+        )
+        for _, seq, ms, snap in ordered:
             parent = st.blocks[ms].header.milestone_link
             ok = eligible.get(parent, False) and ms not in st.invalidated
             eligible[ms] = ok
             if ok:
                 b = st.snapshots[best]
-                if (snap.chainwork, -st.meta[ms].seq) > (b.chainwork, -st.meta[best].seq):
+                if (snap.chainwork, -seq) > (b.chainwork, -st.meta[best].seq):
                     best = ms
         if best == self.best_id:
             return None
@@ -678,7 +685,7 @@ class Chain:
         for inp in tx.inputs:
             utxo = self.state.utxos.get((inp.txid, inp.out_index))
             if utxo is None:
-                spent = (inp.txid, inp.out_index) in self.state.spent
+                spent = self.state.get_spender((inp.txid, inp.out_index)) is not None
                 raise InvalidTransaction("V6", "spent-input" if spent else "missing-input", tx.txid)
             found.append(utxo)
             total_in += utxo.amount

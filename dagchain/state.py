@@ -11,6 +11,7 @@ from typing import Any
 from dagchain.blocks import Block, decode_block
 from dagchain.encoding import pack
 from dagchain.errors import EncodingError, StorageError
+from dagchain.history import BestChain, BestHeights, StoredMap
 from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, SpentOutput, Utxo
 from dagchain.params import ConsensusParams
 from dagchain.pow import decode_compact, encode_compact
@@ -150,32 +151,84 @@ def _root_fields(rec: RootRecord) -> list[Any]:
     return [rec.balance, rec.anchor_txid, rec.anchor_address]
 
 
-class ChainState:
-    """In-memory mirror of the stored chain state, with the batch writers that change it."""
+DEFAULT_WINDOW_PUNCTUALITIES = 2
+"""Default memory window: this many times ``punctuality`` milestones below the best head."""
+CACHE_BLOCKS = 256
+CACHE_ROWS = 8192
+CACHE_DELTAS = 256
 
-    def __init__(self, params: ConsensusParams, store: KVStore) -> None:
+
+class ChainState:
+    """The stored chain state with a bounded in-memory mirror, and the batch writers that change it.
+
+    Memory (issue 3): blocks, metas, snapshots, LS heights, level-set records and best-chain ids
+    are kept in memory only for a window of ``memory_window`` milestones below the best head (plus
+    pending blocks and anything newer); older rows are read from the store through small LRU
+    caches. The UTXO set, root records, peer-chain heads, the pending set and the invalidation marks
+    stay in memory whole: they are live state, not history, and the ledger's V6 hot path reads
+    them for every input. Spent outputs (``k``), redemptions (``q``) and the tx index (``t``) grow
+    with history and are read from the store only.
+    """
+
+    def __init__(
+        self, params: ConsensusParams, store: KVStore, memory_window: int | None = None
+    ) -> None:
         self.params = params
         self.store = store
+        window = memory_window
+        if window is None:
+            window = DEFAULT_WINDOW_PUNCTUALITIES * params.punctuality
+        if window < 1:
+            raise ValueError(f"memory_window must be at least 1, not {window}")
+        self.memory_window = window
         self._reset()
 
     def _reset(self) -> None:
-        self.blocks: dict[BlockId, Block] = {}
-        self.meta: dict[BlockId, BlockMeta] = {}
-        self.snapshots: dict[BlockId, Snapshot] = {}
+        st, p = self.store, self.params
+
+        def block(key: bytes, raw: bytes) -> Block:
+            try:
+                return decode_block(raw, p)
+            except EncodingError as exc:
+                raise StorageError(f"corrupted block {key.hex()}: {exc}") from None
+
+        self.blocks: StoredMap[Block] = StoredMap(st, S.P_BLOCK, block, CACHE_BLOCKS)
+        self.meta: StoredMap[BlockMeta] = StoredMap(
+            st, S.P_META, lambda k, v: parse_meta(S.decode_row(v, S.P_META + k)), CACHE_ROWS
+        )
+        self.snapshots: StoredMap[Snapshot] = StoredMap(
+            st,
+            S.P_SNAPSHOT,
+            lambda k, v: parse_snapshot(S.decode_row(v, S.P_SNAPSHOT + k)),
+            CACHE_ROWS,
+        )
+        self.ls_height: StoredMap[int] = StoredMap(
+            st, S.P_LS_HEIGHT, lambda k, v: int(S.decode_row(v, S.P_LS_HEIGHT + k)[0]), CACHE_ROWS
+        )
+        self.deltas: StoredMap[LevelSetDelta] = StoredMap(
+            st, S.P_DELTA, self._decode_delta, CACHE_DELTAS
+        )
+        self.best = BestChain(st, self._snapshot_height)
+        self.best_height_of = BestHeights(self.best)
         self.peer_heads: dict[BlockId, tuple[BlockId, int]] = {}
-        self.tx_index: dict[TxId, list[BlockId]] = {}
         self.pending: dict[BlockId, None] = {}
-        self.best: list[BlockId] = []
-        self.best_height_of: dict[BlockId, int] = {}
-        self.ls_height: dict[BlockId, int] = {}
         self.utxos: dict[Outpoint, Utxo] = {}
-        self.spent: dict[Outpoint, tuple[TxId, int]] = {}
         self.roots: dict[BlockId, RootRecord] = {}
-        self.redeemed: dict[TxId, tuple[BlockId, int]] = {}
-        self.deltas: dict[BlockId, LevelSetDelta] = {}
         self.invalidated: set[BlockId] = set()
         self.final: BlockId = BlockId(b"")
         self.next_seq = 0
+
+    def _snapshot_height(self, milestone: bytes) -> int | None:
+        snap = self.snapshots.get(milestone)
+        return None if snap is None else snap.height
+
+    def _decode_delta(self, ms: bytes, d_raw: bytes) -> LevelSetDelta:
+        l_key = S.P_LEVEL_SET + ms
+        l_raw = self.store.get(l_key)
+        if l_raw is None:
+            raise StorageError(f"delta without level-set record for {ms.hex()}")
+        d_key = S.P_DELTA + ms
+        return parse_delta(BlockId(ms), S.decode_row(l_raw, l_key), S.decode_row(d_raw, d_key))
 
     # --- LedgerView (§7.3) over the best chain ---
     def get_utxo(self, outpoint: Outpoint) -> Utxo | None:
@@ -183,23 +236,37 @@ class ChainState:
         return self.utxos.get(outpoint)
 
     def get_spender(self, outpoint: Outpoint) -> TxId | None:
-        """LedgerView: who spent ``outpoint`` in the best chain."""
-        found = self.spent.get(outpoint)
-        return None if found is None else found[0]
+        """LedgerView: who spent ``outpoint`` in the best chain (a ``k`` row)."""
+        key = S.outpoint_key(S.P_SPENT, outpoint[0], outpoint[1])
+        raw = self.store.get(key)
+        return None if raw is None else TxId(S.decode_row(raw, key)[0])
 
     def get_root(self, root: BlockId) -> RootRecord | None:
         """LedgerView: the best chain's record of a peer chain."""
         return self.roots.get(root)
 
     def is_redeemed(self, txid: TxId) -> bool:
-        """LedgerView: ``txid`` is a VALID redemption in the best chain."""
-        return txid in self.redeemed
+        """LedgerView: ``txid`` is a VALID redemption in the best chain (a ``q`` row)."""
+        return self.store.get(S.P_REDEEMED + txid) is not None
+
+    def blocks_with_tx(self, txid: bytes) -> list[BlockId]:
+        """Every accepted block containing ``txid`` (``t`` rows), by block id."""
+        prefix = S.P_TX_INDEX + txid
+        cut = len(prefix)
+        return [BlockId(key[cut:]) for key, _ in self.store.iter_prefix(prefix)]
 
     @property
     def head(self) -> HeadRecord:
         """The current head record."""
         best = self.best[-1]
         return HeadRecord(best, len(self.best) - 1, self.snapshots[best].chainwork, self.final)
+
+    def milestones_above(self, height: int) -> list[tuple[BlockId, Snapshot]]:
+        """Every accepted milestone block above ``height`` (fork choice over all candidates)."""
+        snaps = self.snapshots
+        # The window holds every snapshot from its floor up; below it, scan the store.
+        rows = list(snaps.recent.items()) if height + 1 >= snaps.floor else list(snaps.items())
+        return [(BlockId(b), s) for b, s in rows if s.height > height]
 
     # --- A1: accept one block ---
     def write_accept(
@@ -218,16 +285,15 @@ class ChainState:
             wb.put(S.META_SEQ, S.encode_row([meta.seq + 1]))
             if snapshot is not None:
                 wb.put(S.P_SNAPSHOT + bid, snapshot_row(snapshot))
-        self.blocks[bid] = block
-        self.meta[bid] = meta
+        tag = meta.ms_link_height
+        self.blocks.add(bid, block, tag)
+        self.meta.add(bid, meta, tag)
         self.next_seq = meta.seq + 1
         if new_peer_head:
             self.peer_heads[meta.root] = (bid, meta.peer_height)
-        for tx in block.txs:
-            self.tx_index.setdefault(tx.txid, []).append(bid)
         self.pending[bid] = None
         if snapshot is not None:
-            self.snapshots[bid] = snapshot
+            self.snapshots.add(bid, snapshot, snapshot.height)
 
     # --- A2 + A3: apply or undo one milestone on the best chain ---
     def write_apply(self, delta: LevelSetDelta, new: bool) -> None:
@@ -258,23 +324,27 @@ class ChainState:
             wb.put(S.height_key(S.P_HEIGHT, h), S.encode_row([delta.milestone]))
             chainwork = self.snapshots[delta.milestone].chainwork
             wb.put(S.HEAD, head_row(HeadRecord(delta.milestone, h, chainwork, final)))
-        if new:
-            self.deltas[delta.milestone] = delta
+        self.deltas.add(delta.milestone, delta, h)
         for txid, index, utxo in delta.created:
             self.utxos[(txid, index)] = utxo
         for sp in delta.spent:
             del self.utxos[(sp.txid, sp.index)]
-            self.spent[(sp.txid, sp.index)] = (sp.spending_txid, h)
         for root, rec in delta.roots_after:
             self.roots[root] = rec
-        for txid, root in delta.redemptions:
-            self.redeemed[txid] = (root, h)
         for bid in delta.order:
-            self.ls_height[bid] = h
+            self.ls_height.add(bid, h, h)
             self.pending.pop(bid, None)
         self.best.append(delta.milestone)
-        self.best_height_of[delta.milestone] = h
         self.final = final
+        self._evict(h - self.memory_window)
+
+    def _evict(self, floor: int) -> None:
+        """Keep memory bounded: forget rows tagged below the window's floor (issue 3)."""
+        if floor <= self.snapshots.floor:
+            return
+        for rows in (self.blocks, self.meta, self.snapshots, self.ls_height, self.deltas):
+            rows.evict_below(floor)
+        self.best.evict_below(floor)
 
     def write_undo(self) -> LevelSetDelta:
         """Undo the best head's level set (A3); its blocks become pending; head := parent."""
@@ -303,7 +373,6 @@ class ChainState:
             chainwork = self.snapshots[parent].chainwork
             wb.put(S.HEAD, head_row(HeadRecord(parent, h - 1, chainwork, self.final)))
         for sp in reversed(delta.spent):
-            del self.spent[(sp.txid, sp.index)]
             self.utxos[(sp.txid, sp.index)] = sp.utxo
         for txid, index, _ in delta.created:
             self.utxos.pop((txid, index), None)
@@ -312,13 +381,10 @@ class ChainState:
                 self.roots.pop(root, None)
             else:
                 self.roots[root] = before
-        for txid, _ in delta.redemptions:
-            del self.redeemed[txid]
         for bid in delta.order:
-            del self.ls_height[bid]
+            self.ls_height.discard(bid)
             self.pending[bid] = None
         self.best.pop()
-        del self.best_height_of[ms]
         return delta
 
     def write_marks(self, invalidated: set[BlockId], final: BlockId) -> None:
@@ -345,7 +411,8 @@ class ChainState:
     def _advance_final(self, milestone: BlockId, height: int) -> BlockId:
         """F6: Φ moves up to the best-chain milestone at height H - punctuality, never down."""
         target = height - self.params.punctuality
-        if target < 0 or target <= self.best_height_of.get(self.final, -1):
+        final_h = self.best.height_of(self.final)
+        if target < 0 or target <= (-1 if final_h is None else final_h):
             return self.final
         if target == height:
             return milestone
@@ -382,64 +449,96 @@ class ChainState:
         self.load()
 
     def load(self) -> None:
-        """Rebuild the in-memory mirror from the store (crash recovery reads only stored rows)."""
+        """Rebuild the in-memory part from the store (crash recovery reads only stored rows).
+
+        Reads the head record, the ids, level sets, blocks and LS heights of the window of
+        milestones below it, the pending blocks, every snapshot from the window's floor up, and
+        the live state (UTXOs, roots, peer-chain heads, marks); every row read is decoded, and
+        the head record is checked against the stored best chain.
+
+        Raises:
+            StorageError: a row is missing, damaged or inconsistent with the head record.
+        """
         self._reset()
-        st, p = self.store, self.params
-        for key, raw in st.iter_prefix(S.P_BLOCK):
-            try:
-                self.blocks[BlockId(key[1:])] = decode_block(raw, p)
-            except EncodingError as exc:
-                raise StorageError(f"corrupted block {key[1:].hex()}: {exc}") from None
-        for key, value in st.iter_prefix(S.P_META):
-            self.meta[BlockId(key[1:])] = parse_meta(S.decode_row(value, key))
-        for key, value in st.iter_prefix(S.P_SNAPSHOT):
-            self.snapshots[BlockId(key[1:])] = parse_snapshot(S.decode_row(value, key))
-        for key, value in st.iter_prefix(S.P_PEER_HEAD):
-            last, m = S.decode_row(value, key)
-            self.peer_heads[BlockId(key[1:])] = (BlockId(last), m)
-        for key, _ in st.iter_prefix(S.P_TX_INDEX):
-            self.tx_index.setdefault(TxId(key[1:33]), []).append(BlockId(key[33:]))
-        pend = [BlockId(key[1:]) for key, _ in st.iter_prefix(S.P_PENDING)]
-        pend.sort(key=lambda b: self.meta[b].seq)
-        self.pending = dict.fromkeys(pend)
-        self.best = [BlockId(S.decode_row(v, k)[0]) for k, v in st.iter_prefix(S.P_HEIGHT)]
-        self.best_height_of = {b: h for h, b in enumerate(self.best)}
-        for key, value in st.iter_prefix(S.P_LS_HEIGHT):
-            self.ls_height[BlockId(key[1:])] = S.decode_row(value, key)[0]
-        for key, value in st.iter_prefix(S.P_UTXO):
-            amount, address, h = S.decode_row(value, key)
-            self.utxos[(key[1:33], int.from_bytes(key[33:], "big"))] = Utxo(
-                amount, Address(address), h
-            )
-        for key, value in st.iter_prefix(S.P_SPENT):
-            spender, h = S.decode_row(value, key)
-            self.spent[(key[1:33], int.from_bytes(key[33:], "big"))] = (TxId(spender), h)
-        for key, value in st.iter_prefix(S.P_ROOT):
-            bal, anchor, addr = S.decode_row(value, key)
-            self.roots[BlockId(key[1:])] = RootRecord(bal, TxId(anchor), Address(addr))
-        for key, value in st.iter_prefix(S.P_REDEEMED):
-            root, h = S.decode_row(value, key)
-            self.redeemed[TxId(key[1:])] = (BlockId(root), h)
-        for key, value in st.iter_prefix(S.P_DELTA):
-            ms = BlockId(key[1:])
-            l_raw = st.get(S.P_LEVEL_SET + ms)
-            if l_raw is None:
-                raise StorageError(f"delta without level-set record for {ms.hex()}")
-            self.deltas[ms] = parse_delta(
-                ms, S.decode_row(l_raw, S.P_LEVEL_SET + ms), S.decode_row(value, key)
-            )
-        self.invalidated = {BlockId(k[1:]) for k, _ in st.iter_prefix(S.P_INVALIDATED)}
+        st = self.store
         head_raw = st.get(S.HEAD)
         seq_raw = st.get(S.META_SEQ)
         if head_raw is None or seq_raw is None:
             raise StorageError("store has no head record: not a dagchain database or half-written")
-        best, height, _, final = S.decode_row(head_raw, S.HEAD)
-        if height != len(self.best) - 1 or self.best[-1] != best:
-            raise StorageError("head record does not match the stored best chain")
-        if best not in self.snapshots:
-            raise StorageError(f"head milestone {bytes(best).hex()} has no snapshot row")
-        self.final = BlockId(final)
+        best, height, chainwork, final = S.decode_row(head_raw, S.HEAD)
         self.next_seq = S.decode_row(seq_raw, S.META_SEQ)[0]
+        self.final = BlockId(final)
+        floor = max(0, height - self.memory_window)
+        self._load_best_chain(BlockId(best), height, S.from_u256(chainwork), floor)
+        for rows in (self.blocks, self.meta, self.snapshots, self.ls_height, self.deltas):
+            rows.floor = floor
+        for key, value in st.iter_prefix(S.P_SNAPSHOT):
+            snap = parse_snapshot(S.decode_row(value, key))
+            if snap.height >= floor:
+                self.snapshots.add(BlockId(key[1:]), snap, snap.height)
+        for h in range(floor, height + 1):
+            self._load_level_set(self.best[h], h)
+        pend = [BlockId(key[1:]) for key, _ in st.iter_prefix(S.P_PENDING)]
+        for bid in pend:
+            self._load_block(bid)
+        pend.sort(key=lambda b: self.meta[b].seq)
+        self.pending = dict.fromkeys(pend)
+        self._load_live_state()
+        if self.final not in self.snapshots or self.best_height_of.get(self.final) is None:
+            raise StorageError(f"final milestone {bytes(final).hex()} is not on the best chain")
+
+    def _load_best_chain(self, best: BlockId, height: int, chainwork: int, floor: int) -> None:
+        st = self.store
+        ids = {}
+        for h in range(floor, height + 1):
+            key = S.height_key(S.P_HEIGHT, h)
+            raw = st.get(key)
+            if raw is None:
+                raise StorageError(f"head record does not match the stored best chain (no h {h})")
+            ids[h] = BlockId(S.decode_row(raw, key)[0])
+        if ids[height] != best or st.get(S.height_key(S.P_HEIGHT, height + 1)) is not None:
+            raise StorageError("head record does not match the stored best chain")
+        self.best.set_top(ids, height + 1)
+        snap = self.snapshots.get(best)
+        if snap is None:
+            raise StorageError(f"head milestone {bytes(best).hex()} has no snapshot row")
+        if snap.height != height or snap.chainwork != chainwork:
+            raise StorageError("head record does not match the head milestone's snapshot")
+
+    def _load_level_set(self, milestone: BlockId, height: int) -> None:
+        if height == 0:
+            order: tuple[BlockId, ...] = (milestone,)
+        else:
+            delta = self.deltas.get(milestone)
+            if delta is None:
+                raise StorageError(f"best-chain milestone {milestone.hex()} has no level set")
+            self.deltas.add(milestone, delta, height)
+            order = delta.order
+        for bid in order:
+            self._load_block(bid)
+            self.ls_height.add(bid, height, height)
+
+    def _load_block(self, bid: BlockId) -> None:
+        meta = self.meta.get(bid)
+        block = self.blocks.get(bid)
+        if meta is None or block is None:
+            raise StorageError(f"block {bid.hex()} is referenced but not stored")
+        self.meta.add(bid, meta, meta.ms_link_height)
+        self.blocks.add(bid, block, meta.ms_link_height)
+
+    def _load_live_state(self) -> None:
+        st = self.store
+        for key, value in st.iter_prefix(S.P_PEER_HEAD):
+            last, m = S.decode_row(value, key)
+            self.peer_heads[BlockId(key[1:])] = (BlockId(last), m)
+        utxos = self.utxos
+        for key, value in st.iter_prefix(S.P_UTXO):
+            amount, address, h = S.decode_row(value, key)
+            utxos[(key[1:33], int.from_bytes(key[33:], "big"))] = Utxo(amount, Address(address), h)
+        for key, value in st.iter_prefix(S.P_ROOT):
+            bal, anchor, addr = S.decode_row(value, key)
+            self.roots[BlockId(key[1:])] = RootRecord(bal, TxId(anchor), Address(addr))
+        self.invalidated = {BlockId(k[1:]) for k, _ in st.iter_prefix(S.P_INVALIDATED)}
 
 
 __all__ = ["BlockMeta", "ChainState", "HeadRecord"]

@@ -23,7 +23,9 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
-        self._keys: list[bytes] | None = []  # sorted keys, rebuilt lazily after writes
+        self._keys: list[bytes] = []  # sorted; may hold deleted keys until the next merge
+        self._added: set[bytes] = set()  # keys new since the last merge
+        self._stale = False  # a key was deleted since the last merge
         self.batches_written = 0
 
     def get(self, key: bytes) -> bytes | None:
@@ -32,8 +34,8 @@ class MemoryStore:
 
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Ascending (key, value) pairs under ``prefix`` (a snapshot of the keys at call time)."""
-        if self._keys is None:
-            self._keys = sorted(self._data)
+        if self._added or self._stale:
+            self._merge_keys()
         keys = self._keys
         start = bisect.bisect_left(keys, prefix)
         for i in range(start, len(keys)):
@@ -49,15 +51,26 @@ class MemoryStore:
         """Collect puts and deletes; apply them in order when the block exits cleanly."""
         batch = _Batch()
         yield batch
-        data = self._data
+        data, added = self._data, self._added
         for key, value in batch.ops:
             if value is None:
-                data.pop(key, None)
+                if data.pop(key, None) is not None:
+                    self._stale = True
             else:
+                if key not in data:
+                    added.add(key)
                 data[key] = value
-        if batch.ops:
-            self._keys = None
         self.batches_written += 1
+
+    def _merge_keys(self) -> None:
+        """Merge new keys into the sorted list: two sorted runs, so the sort is nearly linear."""
+        data, added = self._data, self._added
+        keys = [k for k in self._keys if k in data and k not in added]
+        keys.extend(sorted(k for k in added if k in data))
+        keys.sort()
+        self._keys = keys
+        self._added = set()
+        self._stale = False
 
     def snapshot(self) -> dict[bytes, bytes]:
         """A copy of every key and value (tests compare states byte for byte)."""
