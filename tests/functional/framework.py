@@ -528,6 +528,8 @@ class FakePeer:
             self._call(self._close(), 5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     async def _close(self) -> None:
         if self._ws is not None:
