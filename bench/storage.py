@@ -1,0 +1,213 @@
+"""Storage benchmark (issue 3): LevelDB against memory, restart time, disk use, resident memory.
+
+Run: ``python bench/storage.py [--blocks 300000] [--synced-sample 1000] [--out DIR]``.
+
+1. Generates ``--blocks`` DEVNET blocks (two peer chains taking turns, empty blocks; on DEVNET
+   every hash is a block and about one in four a milestone) on a MemoryStore chain, timing
+   ``on_block`` alone: the in-memory apply rate.
+2. In a child process, applies them to a LevelDB chain with unsynced batches (durable against
+   kill -9, not power loss) and prints the apply rate and the resident memory (VmRSS) after
+   100,000 blocks and at the end; a second child applies the first ``--synced-sample`` blocks with
+   synced batches, as a node does (PROTOCOL.md §12).
+3. Reopens the 100,000-block database (a copy taken when the child passed that height) and times
+   ``Chain(params, LevelDBStore(path))`` (checksum scan of every table + recovery), and bytes on
+   disk per block.
+
+Last line: ``restart_s_100k: <seconds>``.
+"""
+
+import argparse
+import gc
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dagchain.blocks import Block
+from dagchain.chain import Chain
+from dagchain.params import DEVNET
+from dagchain.storage.leveldb import LevelDBStore
+from dagchain.storage.memory import MemoryStore
+from dagchain.types import BlockId
+from tests.dagchain.builders import address_of_secret, build_block, secret_of
+
+PARAMS = DEVNET
+NOW = PARAMS.genesis_timestamp_ms + 10**12
+CHECKPOINT = 100_000
+
+
+def generate(count: int, path: Path) -> float:
+    """Write ``count`` blocks (length-prefixed) to ``path``; return seconds spent in on_block."""
+    chain = Chain(PARAMS, MemoryStore())
+    gid = chain.genesis_id
+    heads: list[BlockId] = [gid, gid]
+    spent = 0.0
+    with path.open("wb") as f:
+        for n in range(count):
+            side = n % 2
+            other = heads[1 - side]
+            previous = heads[side]
+            register = address_of_secret(secret_of(side + 1)) if previous == gid else None
+            tip = other if other not in (gid, previous) else None
+            block: Block = build_block(chain, previous=previous, tip=tip, register=register)
+            t0 = time.perf_counter()
+            chain.on_block(block.raw, NOW)
+            spent += time.perf_counter() - t0
+            heads[side] = block.id
+            f.write(len(block.raw).to_bytes(4, "big") + block.raw)
+            if n % 20_000 == 19_999:
+                print(f"  generated {n + 1} blocks", file=sys.stderr)
+    return spent
+
+
+def read_blocks(path: Path, limit: int) -> Iterator[bytes]:
+    """Stream the blocks, so the list of raw blocks does not count in the RSS measured."""
+    with path.open("rb") as f:
+        for _ in range(limit):
+            head = f.read(4)
+            if not head:
+                return
+            yield f.read(int.from_bytes(head, "big"))
+
+
+def rss_mb() -> float:
+    """Resident set size of this process (VmRSS), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def child_apply(db: Path, blocks_file: Path, limit: int, sync: bool, copy_at: Path | None) -> None:
+    """Apply blocks to a LevelDB chain; print ``rate``, ``rss <n> <MB>`` lines (child process)."""
+    store = LevelDBStore(db, sync=sync)
+    chain = Chain(PARAMS, store)
+    gc.collect()
+    print(f"rss 0 {rss_mb():.1f}", flush=True)
+    start = time.perf_counter()
+    n = 0
+    for n, raw in enumerate(read_blocks(blocks_file, limit), 1):
+        chain.on_block(raw, NOW)
+        if n in (CHECKPOINT, limit):
+            paused = time.perf_counter()
+            gc.collect()
+            st = chain.state
+            held = len(st.blocks.recent) + len(st.meta.recent) + len(st.ls_height.recent)
+            print(f"rss {n} {rss_mb():.1f}", flush=True)
+            print(f"held {n} {held}", flush=True)
+            if n == CHECKPOINT and copy_at is not None:
+                store.close()
+                shutil.copytree(db, copy_at)
+                store = LevelDBStore(db, sync=sync, verify=False)
+                chain = Chain(PARAMS, store)
+            start += time.perf_counter() - paused
+    print(f"rate {n / (time.perf_counter() - start):.1f}", flush=True)
+    store.close()
+
+
+def run_child(*args: str) -> dict[str, list[str]]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True
+    ).stdout
+    result: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        key, *rest = line.split()
+        result.setdefault(key, []).append(" ".join(rest))
+    return result
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+
+
+def main() -> None:
+    """Run every measurement and print the table; last line ``restart_s_100k``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=300_000)
+    parser.add_argument("--synced-sample", type=int, default=1_000)
+    parser.add_argument("--out", type=Path, default=None, help="work directory (default: temp)")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        db, blocks_file, limit, sync, copy_at = args.child
+        child_apply(
+            Path(db), Path(blocks_file), int(limit), sync == "1", Path(copy_at) if copy_at else None
+        )
+        return
+    work = args.out or Path(tempfile.mkdtemp(prefix="dagchain-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    blocks_file = work / "blocks.bin"
+    checkpoint = min(CHECKPOINT, args.blocks)
+    print(f"generating {args.blocks} DEVNET blocks in {work} ...", file=sys.stderr)
+    t_memory = generate(args.blocks, blocks_file)
+    memory_rate = args.blocks / t_memory
+
+    print("applying to LevelDB (unsynced batches) ...", file=sys.stderr)
+    copy_at = work / "db100k"
+    shutil.rmtree(copy_at, ignore_errors=True)
+    shutil.rmtree(work / "db", ignore_errors=True)
+    res = run_child(
+        str(work / "db"),
+        str(blocks_file),
+        str(args.blocks),
+        "0",
+        str(copy_at) if args.blocks >= CHECKPOINT else "",
+    )
+    unsynced_rate = float(res["rate"][0])
+    rss = {int(n): float(mb) for n, mb in (r.split() for r in res["rss"])}
+    print("applying a sample to LevelDB (synced batches) ...", file=sys.stderr)
+    shutil.rmtree(work / "dbsync", ignore_errors=True)
+    sample = min(args.synced_sample, args.blocks)
+    synced = run_child(str(work / "dbsync"), str(blocks_file), str(sample), "1", "")
+    synced_rate = float(synced["rate"][0])
+
+    restart_db = copy_at if args.blocks >= CHECKPOINT else work / "db"
+    disk = du(restart_db)
+    t0 = time.perf_counter()
+    store = LevelDBStore(restart_db)
+    chain = Chain(PARAMS, store)
+    restart_s = time.perf_counter() - t0
+    height = chain.best_height
+    store.close()
+    t0 = time.perf_counter()
+    store = LevelDBStore(restart_db, verify=False)
+    Chain(PARAMS, store)
+    restart_noverify_s = time.perf_counter() - t0
+    store.close()
+
+    print(f"{'measure':46} {'value':>12}")
+    rows = [
+        ("blocks generated (DEVNET, empty)", f"{args.blocks}"),
+        ("apply rate, MemoryStore (blocks/s)", f"{memory_rate:.0f}"),
+        ("apply rate, LevelDB unsynced (blocks/s)", f"{unsynced_rate:.0f}"),
+        ("  ratio LevelDB unsynced / memory", f"{unsynced_rate / memory_rate:.2f}"),
+        (f"apply rate, LevelDB synced, first {sample} (blocks/s)", f"{synced_rate:.0f}"),
+        ("  ratio LevelDB synced / memory", f"{synced_rate / memory_rate:.3f}"),
+        (f"restart, {checkpoint} blocks, checksum scan (s)", f"{restart_s:.2f}"),
+        (f"restart, {checkpoint} blocks, no scan (s)", f"{restart_noverify_s:.2f}"),
+        ("  best height after restart", f"{height}"),
+        ("bytes on disk per block", f"{disk / checkpoint:.0f}"),
+    ]
+    rows += [(f"RSS after {n} blocks (MB)", f"{mb:.1f}") for n, mb in sorted(rss.items())]
+    rows += [(f"  block/meta/LS-height rows in memory at {r}", "") for r in res.get("held", [])]
+    if CHECKPOINT in rss and args.blocks > CHECKPOINT:
+        rows.append(
+            (
+                f"  RSS ratio {args.blocks} / {CHECKPOINT}",
+                f"{rss[args.blocks] / rss[CHECKPOINT]:.2f}",
+            )
+        )
+    for name, value in rows:
+        print(f"{name:46} {value:>12}")
+    if args.out is None:
+        shutil.rmtree(work)
+    print(f"restart_s_100k: {restart_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()
