@@ -3,9 +3,12 @@
 import hashlib
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from dagchain.params import DEVNET
+from dagchain.types import Address
 from miner.pool import HashPool, WorkerKind, default_worker_kind
 from miner.search import KERNEL, search_nonce_python
 
@@ -68,3 +71,27 @@ def test_deadline_counts_all_hashes() -> None:
         result = pool.search(PREFIX, 0, deadline=time.perf_counter() + 0.2)
     assert result.nonce is None
     assert result.hashrate > 100_000
+
+
+def test_a_milestone_event_aborts_the_running_search(tmp_path: Path) -> None:
+    """The events stream sets the abort flag the running search polls (a stale template)."""
+    from miner.controller import Miner, MinerConfig
+
+    cfg = MinerConfig(
+        node="http://127.0.0.1:1",
+        payout=Address(bytes(32)),
+        payout_text="",
+        token="t",
+        datadir=tmp_path,
+        network="devnet",
+        params=DEVNET,
+    )
+    miner = Miner(cfg, session=None)  # type: ignore[arg-type]
+    miner.on_event({"type": "block", "hash": "00" * 32})
+    assert not miner.abort.is_set()
+    miner.on_event({"type": "milestone", "hash": "11" * 32, "height": 3})
+    assert miner.abort.is_set()
+    assert miner.best_milestone == "11" * 32
+    miner.abort.clear()
+    miner.on_event({"type": "reorg", "new_head": "22" * 32})
+    assert miner.abort.is_set()

@@ -1,0 +1,257 @@
+"""``dagchain-miner`` against real devnet nodes (issue 6): mining, restart, stale work."""
+
+import asyncio
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from dagchain.blocks import decode_block
+from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
+from dagchain.params import DEVNET
+from tests.functional.framework import (
+    REPO_ROOT,
+    BlockFactory,
+    NodeProcess,
+    TestNetwork,
+    wait_until,
+)
+
+log = logging.getLogger("functional.miner")
+
+pytestmark = pytest.mark.integration
+
+PAYOUT_SECRET = (0xA11CE).to_bytes(32, "big")
+PAYOUT = encode_address(DEVNET.hrp, address_from_pubkey(xonly_pubkey(PAYOUT_SECRET)))
+
+
+class MinerProcess:
+    """One ``dagchain-miner`` process with its own datadir, mining against ``node``."""
+
+    def __init__(self, node: NodeProcess, datadir: Path) -> None:
+        self.node = node
+        self.datadir = datadir
+        self.log_path = datadir.parent / "miner.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *args: str) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "miner.cli",
+            "--node",
+            self.node.url,
+            "--address",
+            PAYOUT,
+            "--token-file",
+            str(self.node.datadir / "api.token"),
+            "--datadir",
+            str(self.datadir),
+            "--status-interval",
+            "2",
+            *args,
+        ]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log_file.close()
+
+    def wait(self, timeout: float) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(5)
+
+    def state(self) -> dict[str, Any]:
+        path = self.datadir / "state.json"
+        return dict(json.loads(path.read_text())) if path.exists() else {}
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text()[-4000:] if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def miner_of(network: TestNetwork, tmp_path: Path) -> Any:
+    miners: list[MinerProcess] = []
+
+    def make(node: NodeProcess) -> MinerProcess:
+        m = MinerProcess(node, tmp_path / f"miner{len(miners)}" / "data")
+        miners.append(m)
+        return m
+
+    yield make
+    for m in miners:
+        m.kill()
+        print(f"----- {m.log_path}\n{m.log_tail()}")
+
+
+def _block(node: NodeProcess, block_hash: str) -> dict[str, Any]:
+    result: dict[str, Any] = node.request("GET", f"/v1/blocks/{block_hash}")
+    return result
+
+
+def _peer_chain(node: NodeProcess, last: str, root: str) -> list[dict[str, Any]]:
+    """The peer chain from ``root`` to ``last``, walking previous links (oldest first)."""
+    out = [_block(node, last)]
+    while out[-1]["hash"] != root:
+        out.append(_block(node, out[-1]["previous_link"]))
+        assert len(out) < 10_000
+    return out[::-1]
+
+
+def test_miner_registers_and_mines_blocks_into_the_dag(network: TestNetwork, miner_of: Any) -> None:
+    node = network.start(1)[0]
+    miner = miner_of(node)
+    log.info("Mine 25 blocks at up to 25 blocks/s, redeeming every 5 blocks")
+    miner.start("--blocks", "25", "--rate", "25", "--redeem-every", "5", "--threads", "2")
+    assert miner.wait(45) == 0, miner.log_tail()
+    state = miner.state()
+    root, last = state["root"], state["last_block"]
+    chain = _peer_chain(node, last, root)
+    assert len(chain) == 25
+    assert (
+        chain[0]["previous_link"]
+        == node.request("GET", "/v1/milestones?start=0&limit=1")[0]["hash"]
+    )
+    milestones = [b["hash"] for b in chain if b["is_milestone"]]
+    log.info("The peer chain holds %d blocks, %d of them milestones", len(chain), len(milestones))
+    assert milestones, "devnet makes about one solution in four a milestone"
+
+    log.info("Wait until a milestone orders the whole peer chain, then find it in level sets")
+    ours = {b["hash"] for b in chain}
+
+    def ordered() -> bool:
+        return all(_block(node, h)["level_set_height"] is not None for h in ours)
+
+    if not ordered():  # the newest blocks wait for a milestone from this miner
+        miner.start("--rate", "25", "--redeem-every", "1000")
+        wait_until(ordered, 30, "every block of the peer chain to be in a level set")
+        miner.kill()
+    heights = {_block(node, h)["level_set_height"] for h in ours}
+    in_level_sets = {h for height in heights for h in node.level_set(height)}
+    assert ours <= in_level_sets
+    best = node.milestones()
+    assert set(milestones) & set(best), "some of our milestones are on the best chain"
+
+    log.info("Redemptions paid the payout address")
+    wait_until(
+        lambda: int(node.request("GET", f"/v1/addresses/{PAYOUT}")["balance"]) > 0,
+        20,
+        "a redemption to reach the payout address",
+    )
+
+
+def test_restarted_miner_continues_its_own_peer_chain(network: TestNetwork, miner_of: Any) -> None:
+    node = network.start(1)[0]
+    miner = miner_of(node)
+    miner.start("--rate", "20")
+    wait_until(lambda: miner.state().get("blocks", 0) >= 8, 30, "8 accepted blocks")
+    log.info("SIGKILL the miner mid-run")
+    miner.kill()
+    before = miner.state()
+    root, last = before["root"], before["last_block"]
+    key = (miner.datadir / "redemption.key").read_text()
+
+    log.info("Restart it on the same datadir for 6 more blocks")
+    miner.start("--rate", "20", "--blocks", "6")
+    assert miner.wait(30) == 0, miner.log_tail()
+    after = miner.state()
+    assert after["root"] == root
+    assert (miner.datadir / "redemption.key").read_text() == key
+    chain = [b["hash"] for b in _peer_chain(node, after["last_block"], root)]
+    assert last in chain, "the restarted miner extends the block it had before the kill"
+    assert len(chain) >= before["blocks"] + 6
+    log.info("One peer chain of %d blocks, no second registration", len(chain))
+    status = node.status()
+    assert status["blocks"] >= len(chain)
+
+
+async def _collect_miner_blocks(
+    node: NodeProcess, root: str, out: "asyncio.Queue[tuple[float, dict[str, Any]]]"
+) -> None:
+    """Every ``block`` event of the peer chain ``root``, with its arrival time."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(node.url + "/v1/events") as ws,
+    ):
+        await out.put((time.monotonic(), {"type": "connected"}))
+        async for msg in ws:
+            event = json.loads(msg.data)
+            if event.get("type") == "block" and event.get("root") == root:
+                await out.put((time.monotonic(), event))
+
+
+def test_next_block_after_a_foreign_milestone_links_it(network: TestNetwork, miner_of: Any) -> None:
+    node = network.start(1)[0]
+    miner = miner_of(node)
+    miner.start("--rate", "4")
+    wait_until(lambda: miner.state().get("root") is not None, 20, "the miner to register")
+    root = miner.state()["root"]
+    delays = asyncio.run(_stale_work(node, root))
+    log.info("switch delays: %s s (include the --rate 4 pacing)", [f"{d:.3f}" for d in delays])
+    assert len(delays) >= 1, "our milestone never became the best head"
+    assert max(delays) < 2.0
+
+
+async def _stale_work(node: NodeProcess, root: str) -> list[float]:
+    """Submit foreign milestones; return how long until the miner's block linked each one."""
+    seen: asyncio.Queue[tuple[float, dict[str, Any]]] = asyncio.Queue()
+    listener = asyncio.create_task(_collect_miner_blocks(node, root, seen))
+    await asyncio.wait_for(seen.get(), 10)
+    delays: list[float] = []
+    for attempt in range(4):
+        log.info("Build a milestone on another peer chain, on the node's best head")
+        factory = await asyncio.to_thread(_replica_of, node)
+        block = factory.mine(1, want_milestone=True)[0]
+        while not seen.empty():  # blocks before ours are not the point
+            seen.get_nowait()
+        t0 = time.monotonic()
+        answer = await asyncio.to_thread(node.submit_block, block)
+        assert answer["is_milestone"]
+        best_hash, _ = await asyncio.to_thread(node.best)
+        if best_hash != block.id.hex():  # the miner's own milestone at that height came first
+            log.info("attempt %d: our milestone lost the first-seen tie; again", attempt)
+            continue
+        log.info("The miner's next block must link it as its milestone link")
+        arrived, event = await asyncio.wait_for(seen.get(), 10)
+        if event["milestone_link"] != block.id.hex() and arrived - t0 < 0.05:
+            log.info("one block was in flight when the milestone arrived; the next one counts")
+            arrived, event = await asyncio.wait_for(seen.get(), 10)
+        assert event["milestone_link"] == block.id.hex()
+        delays.append(arrived - t0)
+        if len(delays) == 2:
+            break
+    listener.cancel()
+    return delays
+
+
+def _replica_of(node: NodeProcess) -> BlockFactory:
+    """A BlockFactory holding the node's best chain (every level set, in total order)."""
+    factory = BlockFactory(miners=1, first_key=900)
+    for height, _ms in enumerate(node.milestones()):
+        if height == 0:
+            continue
+        for h in node.level_set(height):
+            raw = _raw(node, h)
+            factory.add(decode_block(raw, DEVNET))
+    return factory
+
+
+def _raw(node: NodeProcess, block_hash: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{node.url}/v1/blocks/{block_hash}/raw", timeout=5) as r:
+        data: bytes = r.read()
+        return data
