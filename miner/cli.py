@@ -22,7 +22,7 @@ from dagchain.errors import DagchainError
 from dagchain.params import get_params
 from miner.controller import Miner, MinerConfig, MinerError
 from miner.pool import default_worker_kind, measure_hashrate
-from miner.search import KERNEL, search_nonce_native, search_nonce_python
+from miner.search import KERNEL, LANES, search_nonce_native, search_nonce_python
 
 __all__ = ["main"]
 
@@ -88,7 +88,8 @@ def benchmark(argv: Sequence[str]) -> int:
         _fail("the C kernel was not built (no C compiler at install time)")
     search = search_nonce_native if kernel == "c" else search_nonce_python
     kind = args.workers or default_worker_kind(releases_gil=kernel == "c")
-    print(f"kernel: {kernel}  workers: {args.threads} x {kind}  seconds: {args.seconds:g}")
+    lanes = f" ({LANES})" if kernel == "c" else ""
+    print(f"kernel: {kernel}{lanes}  workers: {args.threads} x {kind}  seconds: {args.seconds:g}")
     rate = measure_hashrate(args.threads, args.seconds, kind=kind, search=search)
     print(f"hashrate_hs: {rate:.0f}")
     return 0

@@ -41,7 +41,8 @@ from dagchain.transactions import (
     sign_transaction,
 )
 from dagchain.types import Address, TxId
-from miner.pool import HashPool
+from miner.pool import HashPool, default_worker_kind
+from miner.search import KERNEL, LANES
 
 log = logging.getLogger("dagchain.miner")
 
@@ -378,7 +379,7 @@ class Miner:
         self.out(
             f"miner: network={self.cfg.network} key={self.key_address_text} "
             f"payout={self.cfg.payout_text} root={self.state.root or '(registering)'} "
-            f"threads={self.cfg.threads} kernel={_kernel_name()}"
+            f"threads={self.cfg.threads} ({default_worker_kind()}s) kernel={_kernel_name()}"
         )
         events = asyncio.create_task(self.follow_events())
         status_task = asyncio.create_task(self._status_loop())
@@ -412,9 +413,7 @@ class Miner:
 
 
 def _kernel_name() -> str:
-    from miner.search import KERNEL
-
-    return KERNEL
+    return KERNEL if KERNEL == "python" else f"{KERNEL}/{LANES}"
 
 
 __all__ = [

@@ -7,10 +7,11 @@ the hash state is reused per nonce. Two implementations give the same answers:
 - ``search_nonce_python``: hashlib's BLAKE2b, midstate copied per nonce. Always available; hashlib
   holds the GIL for inputs this small, so parallel workers must be processes.
 - ``search_nonce_native``: ``miner._kernel``, a C BLAKE2b-256 that compresses the first 128 bytes
-  once and only the final block per nonce, with the GIL released (threads hash in parallel). Built
-  by setup.py when a C compiler is present; otherwise absent.
+  once and only the final block per nonce, with the GIL released (threads hash in parallel). It
+  hashes 8 nonces at once with AVX-512 or 4 with AVX2 when the CPU has them (checked at import),
+  else one. Built by setup.py when a C compiler is present; otherwise absent.
 
-``KERNEL`` names the active one ("c" or "python").
+``KERNEL`` names the active one ("c" or "python"), ``LANES`` the C kernel's lane variant.
 """
 
 import hashlib
@@ -28,12 +29,12 @@ _NativeSearch = Callable[[bytes, bytes, int, int], int | None]
 _NativeHash = Callable[[bytes], bytes]
 
 
-def _load_kernel() -> tuple[_NativeSearch, _NativeHash] | None:
+def _load_kernel() -> tuple[_NativeSearch, _NativeHash, str] | None:
     try:
-        from miner._kernel import hash_header, search
+        from miner._kernel import LANES, hash_header, search
     except ImportError:  # built without a C compiler: the pure-Python search is used
         return None
-    return search, hash_header
+    return search, hash_header, LANES
 
 
 _NATIVE: Final = _load_kernel()
@@ -103,11 +104,14 @@ def hash_header(header: bytes) -> bytes:
 
 KERNEL: Final = "python" if _NATIVE is None else "c"
 """The active search implementation."""
+LANES: Final = "none" if _NATIVE is None else _NATIVE[2]
+"""The C kernel's variant on this CPU: ``scalar``, ``avx2x4`` or ``avx512x8`` (or ``none``)."""
 RELEASES_GIL: Final = _NATIVE is not None
 """True when ``search_nonce`` lets other threads run, so workers may be threads."""
 
 __all__ = [
     "KERNEL",
+    "LANES",
     "NONCE_SPACE",
     "RELEASES_GIL",
     "SearchFunction",

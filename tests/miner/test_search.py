@@ -111,3 +111,34 @@ def test_bad_prefix_or_range_is_an_error(fn: search.SearchFunction) -> None:
         fn(bytes(150), 1, 0, 1)
     with pytest.raises(ValueError, match="range"):
         fn(bytes(NONCE_OFFSET), 1, NONCE_SPACE, 1)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", [0, 1, 2], ids=["scalar", "avx2x4", "avx512x8"])
+def test_every_lane_kernel_finds_the_fallback_nonces(kind: int) -> None:
+    """Each vector width (where this CPU has it) walks the same solutions as hashlib."""
+    from miner import _kernel
+
+    if kind > _kernel.ACTIVE:
+        pytest.skip(f"this CPU runs {_kernel.LANES}")
+    rnd = random.Random(1000 + kind)
+    for _ in range(300):
+        prefix = rnd.randbytes(NONCE_OFFSET)
+        target = rnd.randrange(2**256 // rnd.choice([1, 3, 7, 50, 400]))
+        start = rnd.randrange(NONCE_SPACE - 5000)
+        count = rnd.randrange(0, 900)  # not a multiple of the lane count: the tail is scalar
+        expected = search_nonce_python(prefix, target, start, count)
+        clamped = min(target, 2**256 - 1).to_bytes(32, "little")
+        assert _kernel.search(prefix, clamped, start, count, kind) == expected
+
+
+@needs_kernel
+def test_lane_kernels_agree_near_the_top_of_the_nonce_space() -> None:
+    from miner import _kernel
+
+    prefix = bytes(NONCE_OFFSET)
+    target = (2**256 // 20).to_bytes(32, "little")
+    start = NONCE_SPACE - 1000
+    expected = search_nonce_python(prefix, 2**256 // 20, start, 1000)
+    for kind in range(_kernel.ACTIVE + 1):
+        assert _kernel.search(prefix, target, start, 1000, kind) == expected
