@@ -48,6 +48,7 @@ MAX_DIAL_BACKOFF_S = 30.0
 ADDRBOOK_SAVE_S = 900.0
 MAX_INBOUND_PER_IP = 4
 MAINTENANCE_S = 0.25
+ORPHAN_SWEEP_S = 1.0
 ORPHAN_SYNC_TRIGGER = 64
 """P13: more missing ancestors than this triggers milestone sync."""
 DEFAULT_LIMITS: dict[str, tuple[int, int, int]] = {
@@ -118,6 +119,7 @@ class PeerManager:
         self._main: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
         self._last_save = time.monotonic()
+        self._last_orphan_sweep = time.monotonic()
         self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -713,8 +715,11 @@ class PeerManager:
             self._sync_failed(peer, exc.reason, exc.score)
             return
         if nxt is not None:
-            peer.requests["levelset"] = self._deadline()
             peer.send(wire.GetLevelSet(*nxt))
+        if self._plan.awaiting_levelsets():
+            peer.requests["levelset"] = self._deadline()
+        else:
+            peer.requests.pop("levelset", None)
         self._pump_sync(peer)
 
     def _pump_sync(self, peer: Peer) -> None:
@@ -793,11 +798,12 @@ class PeerManager:
             raw = self.service.get_block_raw(event.block_id)
             if raw is None:
                 return
-            sender = event.data.get("peer")
+            # No sender exclusion by the event's peer: released orphans carry the parent's
+            # sender. The known-inventory sets already hold whoever sent us this block.
             ready = self.ready_peers()
             known = {p.key: p.known for p in ready}
             plan = gossip.plan_block_relay(
-                event.block_id, [p.key for p in ready], known, sender, self.rng
+                event.block_id, [p.key for p in ready], known, None, self.rng
             )
             for key in plan.push:
                 self.peers[key].known.add(event.block_id)
@@ -847,9 +853,30 @@ class PeerManager:
                 if loop_now >= deadline:
                     self._on_timeout(peer, kind)
         self._check_synced()
+        if time.monotonic() - self._last_orphan_sweep > ORPHAN_SWEEP_S:
+            self._last_orphan_sweep = time.monotonic()
+            self._fetch_orphan_parents(now)
         if time.monotonic() - self._last_save > ADDRBOOK_SAVE_S:
             self._last_save = time.monotonic()
             self.addrbook.save()
+
+    def _fetch_orphan_parents(self, now: int) -> None:
+        """P13: ask peers for links that held orphans wait for (API-submitted orphans too)."""
+        ready = self.ready_peers()
+        if not ready:
+            return
+        missing = [
+            bytes(m)
+            for m in self.service.chain.orphans.missing_links()
+            if m not in self.fetcher and not self.service.has_block(m)
+        ]
+        for item in sorted(missing)[:MAX_GETDATA_ITEMS]:
+            order = self.rng.sample(ready, len(ready))
+            for peer in order:
+                self.fetcher.on_announce(item, peer.key, now)
+            first = self.peers.get(self.fetcher.requested_from(item) or "")
+            if first is not None:
+                self._request(first, [(int(wire.InvKind.BLOCK), item)])
 
     def _keepalive(self, peer: Peer) -> None:
         mono = time.monotonic()

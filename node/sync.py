@@ -202,6 +202,10 @@ class SyncPlan:
         job.requested_offset = len(job.ids)
         return ms, job.requested_offset
 
+    def awaiting_levelsets(self) -> bool:
+        """Some ``getlevelset`` is unanswered."""
+        return any(job.requested_offset is not None for job in self._jobs.values())
+
     def is_expected_levelset(self, ms: bytes) -> bool:
         """A ``levelset``/``notfound`` for ``ms`` would answer an outstanding request."""
         job = self._jobs.get(ms)
