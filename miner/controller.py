@@ -381,6 +381,8 @@ class Miner:
             f"payout={self.cfg.payout_text} root={self.state.root or '(registering)'} "
             f"threads={self.cfg.threads} ({default_worker_kind()}s) kernel={_kernel_name()}"
         )
+        if KERNEL == "python":
+            log.warning("C kernel not built: hashing with hashlib in worker processes (slower)")
         events = asyncio.create_task(self.follow_events())
         status_task = asyncio.create_task(self._status_loop())
         min_gap = 1.0 / self.cfg.rate if self.cfg.rate > 0 else 0.0
