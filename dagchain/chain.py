@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from dagchain.blocks import Block, compute_merkle_root, decode_block
+from dagchain.caches import DecodeCache, SignatureCache
 from dagchain.crypto import address_from_pubkey
 from dagchain.errors import (
     EncodingError,
@@ -43,7 +44,6 @@ from dagchain.transactions import (
 from dagchain.types import NULL_ID, Address, BlockId, TxId
 
 INVALID_CACHE_SIZE = 10_000
-SIGNATURE_CACHE_SIZE = 100_000
 
 
 class BlockStatus(StrEnum):
@@ -83,13 +83,21 @@ class Chain:
     """The consensus state machine over a KVStore (one owner; not thread-safe by design)."""
 
     def __init__(
-        self, params: ConsensusParams, store: KVStore, *, memory_window: int | None = None
+        self,
+        params: ConsensusParams,
+        store: KVStore,
+        *,
+        memory_window: int | None = None,
+        signature_cache: SignatureCache | None = None,
+        decode_cache: DecodeCache | None = None,
     ) -> None:
         """Open (or initialise) the chain stored in ``store``.
 
         ``memory_window``: milestones below the best head whose blocks, level sets and indexes
         stay in memory (default twice punctuality, at least 1); older history is read
-        from the store on demand (issue 3).
+        from the store on demand (issue 3). ``signature_cache`` and ``decode_cache`` may be
+        shared by several Chains of one process (the simulator); by default each Chain has its
+        own signature cache and decodes every block it receives.
         """
         self.params = params
         self.store = store
@@ -97,7 +105,8 @@ class Chain:
         self.state = ChainState(params, store, memory_window)
         self.orphans = OrphanPool(params)
         self._invalid: OrderedDict[BlockId, str] = OrderedDict()
-        self._sig_ok: OrderedDict[TxId, None] = OrderedDict()
+        self._sig_ok = signature_cache if signature_cache is not None else SignatureCache()
+        self._decode_cache = decode_cache
         self._work_of_bits: dict[int, int] = {}
         self.signature_checks = 0
         """Transactions whose signatures were verified (not answered from the cache)."""
@@ -296,7 +305,11 @@ class Chain:
         if len(raw) > p.max_block_bytes:
             raise MalformedBlock("H1", f"block of {len(raw)} bytes exceeds max_block_bytes")
         try:
-            block = decode_block(raw, p)
+            block = (
+                decode_block(raw, p)
+                if self._decode_cache is None
+                else self._decode_cache.decode(raw)
+            )
         except EncodingError as exc:
             raise MalformedBlock("H1", str(exc)) from None
         bid = block.id
@@ -521,9 +534,7 @@ class Chain:
             self._invalid.popitem(last=False)
 
     def _remember_signature(self, txid: TxId) -> None:
-        self._sig_ok[txid] = None
-        if len(self._sig_ok) > SIGNATURE_CACHE_SIZE:
-            self._sig_ok.popitem(last=False)
+        self._sig_ok.add(txid)
 
     # ------------------------------------------------------------------ fork choice (§4)
     def _fork_choice(self, candidate: BlockId) -> Reorg | None:

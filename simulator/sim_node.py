@@ -14,6 +14,7 @@ drive them instead of this push policy.
 
 from typing import Protocol, final
 
+from dagchain.caches import DecodeCache, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid, Reason
 from dagchain.mempool import Mempool, MempoolError
@@ -44,11 +45,22 @@ class Hub(Protocol):
 class SimNode:
     """One simulated full node (index ``index``)."""
 
-    def __init__(self, index: int, params: ConsensusParams, hub: Hub) -> None:
+    def __init__(
+        self,
+        index: int,
+        params: ConsensusParams,
+        hub: Hub,
+        caches: tuple[SignatureCache, DecodeCache] | None = None,
+    ) -> None:
         self.index = index
         self.params = params
         self.hub = hub
-        self.chain = Chain(params, MemoryStore())
+        sig_cache, decode_cache = caches if caches is not None else (None, None)
+        # Every node still runs every rule; the shared caches only skip re-verifying a
+        # signature (a txid commits to its signatures) and re-decoding identical bytes.
+        self.chain = Chain(
+            params, MemoryStore(), signature_cache=sig_cache, decode_cache=decode_cache
+        )
         self.mempool = Mempool(params)
         self.known_blocks: set[bytes] = set()
         self.known_txs: set[bytes] = set()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, final
 
+from dagchain.caches import DecodeCache, SignatureCache
 from dagchain.chain import BlockOutcome
 from dagchain.params import genesis_blk_target
 from dagchain.types import BlockId, TxId
@@ -60,7 +61,8 @@ class Simulation:
             net.processing_ms,
             self.streams.stream("topology"),
         )
-        self.nodes = [SimNode(i, params, self) for i in range(scenario.nodes)]
+        caches = (SignatureCache(1_000_000), DecodeCache(params, 16_384))
+        self.nodes = [SimNode(i, params, self, caches) for i in range(scenario.nodes)]
         self._inflight_blocks: list[dict[bytes, float]] = [{} for _ in self.nodes]
         self._inflight_txs: list[dict[bytes, float]] = [{} for _ in self.nodes]
         self.recorder = Recorder()

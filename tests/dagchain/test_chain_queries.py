@@ -84,3 +84,32 @@ def test_orphans_of_a_rejected_parent_are_rejected_at_once() -> None:
     with pytest.raises(RejectedBlock) as again:
         chain.on_block(orphan.raw, node.now_ms)
     assert again.value.rule == "D1"
+
+
+def test_shared_caches_do_not_change_verdicts() -> None:
+    """Two chains sharing a signature and decode cache reach the same state as separate ones.
+
+    The simulator shares them between its nodes; a txid commits to its signatures, so a cached
+    txid may skip T6, and a decoded block is a pure function of its bytes.
+    """
+    from dagchain.caches import DecodeCache, SignatureCache
+    from dagchain.chain import Chain
+    from dagchain.storage.memory import MemoryStore
+
+    source = Node(DEVNET)
+    _, addr = key(1)
+    reg = source.register(addr)
+    blocks = [reg, source.mine(reg.id, ms=True)]
+    sigs, decoded = SignatureCache(), DecodeCache(DEVNET)
+    shared = [
+        Chain(DEVNET, MemoryStore(), signature_cache=sigs, decode_cache=decoded) for _ in range(2)
+    ]
+    for chain in shared:
+        for block in blocks:
+            chain.on_block(block.raw, source.now_ms)
+    assert shared[0].signature_checks == 1, "the first chain verifies the registration tx"
+    assert shared[1].signature_checks == 0, "the second is answered from the shared cache"
+    for chain in shared:
+        assert chain.best_id == source.chain.best_id
+        assert chain.utxos() == source.chain.utxos()
+        assert chain.roots() == source.chain.roots()

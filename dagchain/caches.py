@@ -1,0 +1,58 @@
+"""Bounded caches a Chain may share with other Chains of the same process (simulator, tests).
+
+Both are sound to share: a txid commits to every signature of its transaction, and a decoded
+block is a pure function of its bytes and the network parameters.
+"""
+
+from collections import OrderedDict
+
+from dagchain.blocks import Block, decode_block
+from dagchain.params import ConsensusParams
+from dagchain.types import TxId
+
+
+class SignatureCache:
+    """Txids whose signatures all verified (T6, §7.5 signature cache), least recently used out."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[TxId, None] = OrderedDict()
+
+    def __contains__(self, txid: object) -> bool:
+        return txid in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, txid: TxId) -> None:
+        """Remember a verified txid."""
+        self._items[txid] = None
+        if len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+
+class DecodeCache:
+    """Decoded blocks by their exact bytes (H1), for many Chains receiving the same bytes."""
+
+    def __init__(self, params: ConsensusParams, capacity: int = 4096) -> None:
+        self.params = params
+        self.capacity = capacity
+        self._items: OrderedDict[bytes, Block] = OrderedDict()
+
+    def decode(self, raw: bytes) -> Block:
+        """``decode_block(raw, params)``, answered from the cache when these bytes were seen.
+
+        Raises:
+            EncodingError: as ``decode_block`` (failures are not cached).
+        """
+        found = self._items.get(raw)
+        if found is not None:
+            return found
+        block = decode_block(raw, self.params)
+        self._items[raw] = block
+        if len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+        return block
+
+
+__all__ = ["DecodeCache", "SignatureCache"]
