@@ -48,6 +48,8 @@ MAX_DIAL_BACKOFF_S = 30.0
 ADDRBOOK_SAVE_S = 900.0
 MAX_INBOUND_PER_IP = 4
 MAINTENANCE_S = 0.25
+MS_LINK_OFFSET = 2
+"""The milestone link follows the u16 version in the 150-byte header (§2.1)."""
 ORPHAN_SWEEP_S = 1.0
 ORPHAN_SYNC_TRIGGER = 64
 """P13: more missing ancestors than this triggers milestone sync."""
@@ -587,7 +589,9 @@ class PeerManager:
             ]
             if want:
                 self._request(peer, want)
-            if len(self.service.chain.orphans) > ORPHAN_SYNC_TRIGGER:
+            ms_link = raw[3 + MS_LINK_OFFSET : 3 + MS_LINK_OFFSET + 32]
+            if ms_link in outcome.missing or len(self.service.chain.orphans) > ORPHAN_SYNC_TRIGGER:
+                # P13: an unknown milestone link means we are behind: milestone sync is faster
                 self._start_sync(peer)
         return True
 
@@ -725,6 +729,31 @@ class PeerManager:
     def _pump_sync(self, peer: Peer) -> None:
         """Apply complete level sets in order, fetch listed blocks, open new level sets."""
         chain = self.service.chain
+        best_before = chain.best_id
+        self._apply_ready(peer)
+        if chain.best_id != best_before:
+            self._announce_best(exclude=peer)
+        if self._sync_peer != peer.key:
+            return
+        wanted = self._plan.wanted_blocks(
+            lambda b: chain.has_block(b), MAX_GETDATA_ITEMS * gossip.MAX_OUTSTANDING_GETDATA
+        )
+        if wanted:
+            self._request(peer, [(int(wire.InvKind.BLOCK), b) for b in wanted])
+        for ms, offset in self._plan.start_jobs():
+            peer.requests["levelset"] = self._deadline()
+            peer.send(wire.GetLevelSet(ms, offset))
+        if self._headers_exhausted:
+            if self._plan.idle and "pending" not in peer.requests:
+                self._sync_empty_round = True
+                peer.requests["pending"] = self._deadline()
+                peer.send(wire.GetPending())
+            return
+        if self._plan.queued == 0 and "milestones" not in peer.requests:
+            self._send_getmilestones(peer)
+
+    def _apply_ready(self, peer: Peer) -> None:
+        """P9: submit complete level sets in height order (not relayed)."""
         for job, raws in self._plan.pop_ready(self.service.has_block):
             self._applying_sync = True
             try:
@@ -742,22 +771,15 @@ class PeerManager:
             if not self.service.has_block(job.milestone.block_id):
                 self._sync_failed(peer, "level set left its milestone an orphan", 50)
                 return
-        wanted = self._plan.wanted_blocks(
-            lambda b: chain.has_block(b), MAX_GETDATA_ITEMS * gossip.MAX_OUTSTANDING_GETDATA
-        )
-        if wanted:
-            self._request(peer, [(int(wire.InvKind.BLOCK), b) for b in wanted])
-        for ms, offset in self._plan.start_jobs():
-            peer.requests["levelset"] = self._deadline()
-            peer.send(wire.GetLevelSet(ms, offset))
-        if self._headers_exhausted:
-            if self._plan.idle and "pending" not in peer.requests:
-                self._sync_empty_round = True
-                peer.requests["pending"] = self._deadline()
-                peer.send(wire.GetPending())
-            return
-        if self._plan.queued == 0 and "milestones" not in peer.requests:
-            self._send_getmilestones(peer)
+
+    def _announce_best(self, exclude: Peer) -> None:
+        """After a sync step moved the best milestone, announce it (inv only) so that peers
+        that do not know our branch notice more work (interpretation of P9's 'not relayed')."""
+        best = bytes(self.service.chain.best_id)
+        for other in self.ready_peers():
+            if other is not exclude and best not in other.known:
+                other.known.add(best)
+                other.send(wire.Inv(((int(wire.InvKind.BLOCK), best),)))
 
     def _finish_sync_round(self, peer: Peer) -> None:
         if self._sync_peer == peer.key and self._plan.idle:

@@ -37,6 +37,7 @@ from dagchain.chain import BlockStatus, Chain
 from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET
 from dagchain.storage.memory import MemoryStore
+from dagchain.transactions import Transaction
 from node import wire
 from tests.dagchain.builders import address_of_secret, build_block, secret_of
 
@@ -369,19 +370,38 @@ class BlockFactory:
         other.blocks = list(self.blocks)
         return other
 
+    def tx_status(self, txid: bytes) -> str:
+        """Replica's view: ``valid``/``invalid:<reason>`` in the best chain, or ``pending``."""
+        for block_id in self.chain.blocks_with_tx(txid):
+            height = self.chain.ls_height(block_id)
+            if height is None:
+                continue
+            delta = self.chain.level_set(self.chain.best_chain()[height])
+            if delta is None:
+                continue
+            for tx, reason in self.chain.level_set_txs(delta):
+                if tx.txid == txid:
+                    return "valid" if reason == 0 else f"invalid:{reason}"
+        return "pending"
+
     def add(self, block: Block) -> None:
         """Accept a block built elsewhere into the replica."""
         out = self.chain.on_block(block.raw, _now_ms())
         if out.status is BlockStatus.ACCEPTED:
             self.blocks.append(block)
 
-    def mine(self, count: int, want_milestone: bool | None = None) -> list[Block]:
-        """``count`` new blocks, accepted by the replica, in a valid delivery order."""
+    def mine(
+        self, count: int, want_milestone: bool | None = None, txs: Sequence[Transaction] = ()
+    ) -> list[Block]:
+        """``count`` new blocks, accepted by the replica, in a valid delivery order.
+
+        ``txs`` go into the first of them.
+        """
         out = []
-        for _ in range(count):
+        for i in range(count):
             miner = self._turn % len(self.keys)
             self._turn += 1
-            out.append(self._mine_one(miner, want_milestone))
+            out.append(self._mine_one(miner, want_milestone, txs if i == 0 else ()))
         return out
 
     def mine_milestones(self, count: int) -> list[Block]:
@@ -395,7 +415,9 @@ class BlockFactory:
             found += 1 if meta is not None and meta.is_milestone else 0
         return out
 
-    def _mine_one(self, miner: int, want_milestone: bool | None) -> Block:
+    def _mine_one(
+        self, miner: int, want_milestone: bool | None, txs: Sequence[Transaction] = ()
+    ) -> Block:
         chain = self.chain
         head = self.heads.get(miner)
         if head is not None and not chain.has_block(head):
@@ -413,6 +435,7 @@ class BlockFactory:
             tip=tip,
             timestamp_ms=ts,
             register=self.keys[miner] if head is None else None,
+            txs=txs,
             want_milestone=want_milestone,
             nonce_start=int.from_bytes(os.urandom(6), "little"),
         )
