@@ -8,11 +8,16 @@ from collections import OrderedDict
 
 from dagchain.blocks import Block, decode_block
 from dagchain.params import ConsensusParams
+from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import TxId
 
 
 class SignatureCache:
-    """Txids whose signatures all verified (T6, §7.5 signature cache), least recently used out."""
+    """Txids that passed T1-T6 (the §7.5 signature cache), least recently used out.
+
+    T1-T5 always run before T6 (H8 before H9; admission checks before signatures), so a txid
+    here has passed every stateless rule. Share one cache only between Chains of one network.
+    """
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
@@ -32,12 +37,13 @@ class SignatureCache:
 
 
 class DecodeCache:
-    """Decoded blocks by their exact bytes (H1), for many Chains receiving the same bytes."""
+    """Decoded blocks and txs by their exact bytes (H1, T1), shared by many receivers."""
 
     def __init__(self, params: ConsensusParams, capacity: int = 4096) -> None:
         self.params = params
         self.capacity = capacity
         self._items: OrderedDict[bytes, Block] = OrderedDict()
+        self._txs: OrderedDict[bytes, Transaction] = OrderedDict()
 
     def decode(self, raw: bytes) -> Block:
         """``decode_block(raw, params)``, answered from the cache when these bytes were seen.
@@ -53,6 +59,21 @@ class DecodeCache:
         if len(self._items) > self.capacity:
             self._items.popitem(last=False)
         return block
+
+    def decode_tx(self, raw: bytes) -> Transaction:
+        """``decode_transaction(raw, params)`` through the same bounded cache.
+
+        Raises:
+            EncodingError: as ``decode_transaction`` (failures are not cached).
+        """
+        found = self._txs.get(raw)
+        if found is not None:
+            return found
+        tx = decode_transaction(raw, self.params)
+        self._txs[raw] = tx
+        if len(self._txs) > self.capacity:
+            self._txs.popitem(last=False)
+        return tx
 
 
 __all__ = ["DecodeCache", "SignatureCache"]

@@ -56,6 +56,7 @@ class SimNode:
         self.params = params
         self.hub = hub
         sig_cache, decode_cache = caches if caches is not None else (None, None)
+        self.decoder = decode_cache
         # Every node still runs every rule; the shared caches only skip re-verifying a
         # signature (a txid commits to its signatures) and re-decoding identical bytes.
         self.chain = Chain(
@@ -120,7 +121,11 @@ class SimNode:
             return
         self.known_txs.add(txid)
         try:
-            tx = decode_transaction(raw, self.params)
+            tx = (
+                self.decoder.decode_tx(raw)
+                if self.decoder
+                else decode_transaction(raw, self.params)
+            )
             fee = self.chain.check_transaction(tx)
             self.mempool.add(tx, fee, self.now())
         except (EncodingError, InvalidTransaction, MempoolError):
