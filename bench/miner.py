@@ -18,6 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+# Run as a script, this file's folder is sys.path[0] and its name would shadow the miner package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
 MINER = Path(sys.executable).parent / "dagchain-miner"
 CONFIGS = [
     ("C kernel, --threads 1", ["--threads", "1"]),
@@ -39,6 +43,24 @@ def plain_hashlib_loop(seconds: float) -> float:
             blake2b(prefix + nonce.to_bytes(8, "little"), digest_size=32).digest()
         n += batch
     return n / (time.perf_counter() - t0)
+
+
+def lane_variants(seconds: float) -> dict[str, float]:
+    """One thread calling the C kernel directly with each vector width this CPU supports."""
+    try:
+        from miner import _kernel
+    except ImportError:
+        return {}
+    prefix, target = bytes(range(142)), bytes(32)
+    out = {}
+    for kind, name in enumerate(["scalar", "avx2x4", "avx512x8"][: _kernel.ACTIVE + 1]):
+        n, chunk = 0, 1 << 20
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            _kernel.search(prefix, target, n, chunk, kind)
+            n += chunk
+        out[f"C kernel {name}, direct call"] = n / (time.perf_counter() - t0)
+    return out
 
 
 def miner_benchmark(args: list[str], seconds: float) -> float:
@@ -71,6 +93,8 @@ def main() -> None:
     for name in names:
         med = statistics.median(rates[name])
         print(f"{name:34} {med:12,.0f} {max(rates[name]):12,.0f} {med / base:10.2f}")
+    for name, rate in lane_variants(args.seconds).items():
+        print(f"{name:34} {rate:12,.0f} {'':>12} {rate / base:10.2f}")
     for one, two in ((CONFIGS[0][0], CONFIGS[1][0]), (CONFIGS[2][0], CONFIGS[3][0])):
         ratios = [b / a for a, b in zip(rates[one], rates[two], strict=True)]
         print(

@@ -16,6 +16,7 @@ import pytest
 from dagchain.blocks import decode_block
 from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
 from dagchain.params import DEVNET
+from dagchain.transactions import TxKind
 from tests.functional.framework import (
     REPO_ROOT,
     BlockFactory,
@@ -35,9 +36,10 @@ PAYOUT = encode_address(DEVNET.hrp, address_from_pubkey(xonly_pubkey(PAYOUT_SECR
 class MinerProcess:
     """One ``dagchain-miner`` process with its own datadir, mining against ``node``."""
 
-    def __init__(self, node: NodeProcess, datadir: Path) -> None:
+    def __init__(self, node: NodeProcess, datadir: Path, payout: str = PAYOUT) -> None:
         self.node = node
         self.datadir = datadir
+        self.payout = payout
         self.log_path = datadir.parent / "miner.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -49,7 +51,7 @@ class MinerProcess:
             "--node",
             self.node.url,
             "--address",
-            PAYOUT,
+            self.payout,
             "--token-file",
             str(self.node.datadir / "api.token"),
             "--datadir",
@@ -86,8 +88,8 @@ class MinerProcess:
 def miner_of(network: TestNetwork, tmp_path: Path) -> Any:
     miners: list[MinerProcess] = []
 
-    def make(node: NodeProcess) -> MinerProcess:
-        m = MinerProcess(node, tmp_path / f"miner{len(miners)}" / "data")
+    def make(node: NodeProcess, payout: str = PAYOUT) -> MinerProcess:
+        m = MinerProcess(node, tmp_path / f"miner{len(miners)}" / "data", payout)
         miners.append(m)
         return m
 
@@ -255,3 +257,87 @@ def _raw(node: NodeProcess, block_hash: str) -> bytes:
     with urllib.request.urlopen(f"{node.url}/v1/blocks/{block_hash}/raw", timeout=5) as r:
         data: bytes = r.read()
         return data
+
+
+PAYOUT_B = encode_address(
+    DEVNET.hrp, address_from_pubkey(xonly_pubkey((0xB0B).to_bytes(32, "big")))
+)
+
+
+def test_two_miners_on_two_nodes_link_each_other_and_are_paid_by_the_rules(
+    network: TestNetwork, miner_of: Any
+) -> None:
+    a_node, b_node = network.start(2)
+    network.wait_connected([a_node, b_node])
+    a, b = miner_of(a_node), miner_of(b_node, PAYOUT_B)
+    log.info("Two miners, one per node, 20 blocks each, redeeming every 4 blocks")
+    a.start("--blocks", "20", "--rate", "8", "--redeem-every", "4")
+    b.start("--blocks", "20", "--rate", "8", "--redeem-every", "4")
+    assert a.wait(45) == 0, a.log_tail()
+    assert b.wait(45) == 0, b.log_tail()
+    best_a = a_node.best()[0]
+    network.wait_same_best([a_node, b_node], best_a, timeout=20)
+
+    chains = {}
+    for m in (a, b):
+        st = m.state()
+        chains[st["root"]] = {
+            blk["hash"] for blk in _peer_chain(a_node, st["last_block"], st["root"])
+        }
+    (root_a, blocks_a), (root_b, blocks_b) = chains.items()
+    log.info("Each peer chain tip-links the other")
+    assert any(_block(a_node, h)["tip_link"] in blocks_b for h in blocks_a)
+    assert any(_block(a_node, h)["tip_link"] in blocks_a for h in blocks_b)
+
+    log.info("Recompute every reward from the level sets (R1, R2, R3, R7) and compare")
+    credit, claims = _rewards_from_level_sets(a_node, {root_a: blocks_a, root_b: blocks_b})
+    for m, root, payout in ((a, root_a, PAYOUT), (b, root_b, PAYOUT_B)):
+        for node in (a_node, b_node):
+            paid = int(node.request("GET", f"/v1/addresses/{payout}")["balance"])
+            assert paid == claims[root] > 0, (m.datadir, node.name)
+            template = node.request("GET", f"/v1/mining/template?root={root}", auth=True)
+            assert int(template["redeemable"]) == credit[root] - claims[root]
+
+
+def _rewards_from_level_sets(
+    node: NodeProcess, chains: dict[str, set[str]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Per root: the credit PROTOCOL.md §9 gives (R1, R2, R3, R7) and the VALID claims paid.
+
+    The rules are restated here as expected values, read from the API alone: each block of a
+    level set at height h credits R(h) to its root if h - height(milestone link) <= freshness
+    (a registration block earns nothing), the milestone earns R(h) * (|LS| - 1) // coefficient.
+    """
+    p = DEVNET
+    milestones = node.milestones()
+    height_of = {h: i for i, h in enumerate(milestones)}
+    root_of = {blk: root for root, blocks in chains.items() for blk in blocks}
+    credit = dict.fromkeys(chains, 0)
+    claims = dict.fromkeys(chains, 0)
+    genesis = milestones[0]
+    for h in range(1, len(milestones)):
+        reward = p.base_reward // (1 + (h - 1) // p.reward_step)
+        level_set = node.level_set(h)
+        ms_root = root_of.get(milestones[h])
+        if ms_root is not None:
+            credit[ms_root] += reward * (len(level_set) - 1) // p.ms_reward_coefficient
+        for blk in level_set:
+            root = root_of.get(blk)
+            if root is None:
+                continue
+            info = _block(node, blk)
+            if info["previous_link"] == genesis:
+                continue  # R3: a registration block earns no R(h)
+            if h - _milestone_height(node, info["milestone_link"], height_of) <= p.reward_freshness:
+                credit[root] += reward
+            tx0 = decode_block(_raw(node, blk), p).txs[:1]
+            if tx0 and tx0[0].kind == TxKind.REDEMPTION and info["tx_status"][0] == "valid":
+                claims[root] += tx0[0].outputs[1].amount
+    return credit, claims
+
+
+def _milestone_height(node: NodeProcess, ms: str, known: dict[str, int]) -> int:
+    """A milestone's height, also off the best chain: its milestone link's height + 1."""
+    if ms not in known:
+        known[ms] = _milestone_height(node, _block(node, ms)["milestone_link"], known) + 1
+    return known[ms]
