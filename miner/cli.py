@@ -159,6 +159,7 @@ async def _mine(args: argparse.Namespace) -> int:
             redeem_every=args.redeem_every,
             rate=args.rate,
             status_interval_s=args.status_interval,
+            token_file=token_file,
         )
         miner = Miner(cfg, session, out=lambda line: print(line, flush=True))
         try:

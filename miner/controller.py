@@ -203,6 +203,8 @@ class MinerConfig:
     redeem_every: int = 10
     rate: float = 4.0
     status_interval_s: float = 10.0
+    token_file: Path | None = None
+    """Re-read when the node answers 401: a restarted node writes a new token."""
 
 
 class Miner:
@@ -231,16 +233,33 @@ class Miner:
 
     async def _request(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         url = self.cfg.node.rstrip("/") + path
-        async with self.session.request(method, url, headers=self._headers, **kw) as resp:
-            try:
-                body = await resp.json(content_type=None)
-            except (json.JSONDecodeError, aiohttp.ContentTypeError):
-                body = {"error": {"code": "bad-json", "message": (await resp.text())[:200]}}
-            if resp.status in (401, 403):
-                raise MinerError(
-                    f"the node at {self.cfg.node} rejected the API token ({resp.status})"
-                )
-            return resp.status, body
+        for attempt in range(2):
+            async with self.session.request(method, url, headers=self._headers, **kw) as resp:
+                try:
+                    body = await resp.json(content_type=None)
+                except (json.JSONDecodeError, aiohttp.ContentTypeError):
+                    body = {"error": {"code": "bad-json", "message": (await resp.text())[:200]}}
+                if resp.status not in (401, 403):
+                    return resp.status, body
+            if attempt == 0 and self._reload_token():  # a restarted node wrote a new token
+                continue
+            raise MinerError(f"the node at {self.cfg.node} rejected the API token ({resp.status})")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _reload_token(self) -> bool:
+        """Read the token file again; True if it holds a new token."""
+        if self.cfg.token_file is None:
+            return False
+        try:
+            token = self.cfg.token_file.read_text().strip()
+        except OSError:
+            return False
+        if token == self.cfg.token:
+            return False
+        log.info("re-read the API token from %s", self.cfg.token_file)
+        self.cfg.token = token
+        self._headers = {"Authorization": f"Bearer {token}"}
+        return True
 
     async def get_template(self) -> dict[str, Any]:
         if self.state.root is None:
@@ -393,7 +412,14 @@ class Miner:
                     wait = last + min_gap - time.monotonic()
                     if wait > 0:
                         await asyncio.sleep(wait)
-                    if await self.mine_one(pool):
+                    try:
+                        accepted = await self.mine_one(pool)
+                    except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                        # the node restarts or is busy: keep the peer chain, try again
+                        log.warning("node unreachable (%s); retrying in 1 s", _describe(exc))
+                        await asyncio.sleep(1)
+                        continue
+                    if accepted:
                         last = time.monotonic()
                     elif self.stats.rejected and self.stats.rejected % 5 == 0:
                         await asyncio.sleep(0.5)  # a run of rejections: do not spin
@@ -412,6 +438,10 @@ class Miner:
             await asyncio.sleep(self.cfg.status_interval_s)
             self.out(self.stats.line(prev))
             prev = Stats(hashes=self.stats.hashes, search_s=self.stats.search_s)
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def _kernel_name() -> str:

@@ -180,6 +180,30 @@ def test_restarted_miner_continues_its_own_peer_chain(network: TestNetwork, mine
     assert status["blocks"] >= len(chain)
 
 
+def test_miner_rides_out_a_node_restart_on_the_same_peer_chain(
+    network: TestNetwork, miner_of: Any
+) -> None:
+    node = network.start(1)[0]
+    miner = miner_of(node)
+    miner.start("--rate", "20")
+    wait_until(lambda: miner.state().get("blocks", 0) >= 5, 30, "5 accepted blocks")
+    log.info("SIGKILL the node under the running miner, then start it again")
+    node.kill()
+    before = miner.state()
+    node.start()
+    wait_until(
+        lambda: miner.state().get("blocks", 0) >= before["blocks"] + 5,
+        30,
+        "5 more blocks after the node came back",
+    )
+    assert miner.process is not None
+    assert miner.process.poll() is None, miner.log_tail()
+    after = miner.state()
+    assert after["root"] == before["root"]
+    chain = [b["hash"] for b in _peer_chain(node, after["last_block"], after["root"])]
+    assert before["last_block"] in chain
+
+
 async def _collect_miner_blocks(
     node: NodeProcess, root: str, out: "asyncio.Queue[tuple[float, dict[str, Any]]]"
 ) -> None:
