@@ -531,6 +531,14 @@ class FakePeer:
         """Send raw bytes as one binary frame (may be malformed or oversized)."""
         self._call(self._send(data))
 
+    def send_many(self, frames: Sequence[bytes]) -> None:
+        """Send many binary frames from one coroutine (a flood, not paced by thread hops)."""
+        self._call(self._send_many(frames), timeout=60)
+
+    async def _send_many(self, frames: Sequence[bytes]) -> None:
+        for data in frames:
+            await self._send(data)
+
     def send_text(self, text: str) -> None:
         """Send a text frame."""
         self._call(self._send_text(text))

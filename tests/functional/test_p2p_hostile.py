@@ -95,8 +95,7 @@ def test_hostile_peers_are_banned_while_honest_sync_goes_on(network: TestNetwork
     def inv_flood(peer: FakePeer) -> None:
         item = ((1, b"\x07" * 32),)
         frame = wire.encode_message(wire.Inv(item))
-        for _ in range(3_500):
-            peer.send_raw(frame)
+        peer.send_many([frame] * 6_000)
 
     banned = wire.CLOSE_MISBEHAVING
     attack(target, "malformed and text frames", malformed, banned)
