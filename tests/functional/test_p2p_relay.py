@@ -4,6 +4,10 @@ import logging
 
 import pytest
 
+from dagchain.chain import Chain
+from dagchain.params import DEVNET
+from dagchain.storage.memory import MemoryStore
+from tests.dagchain.chainkit import key, transfer
 from tests.functional.framework import BlockFactory, TestNetwork
 
 log = logging.getLogger(__name__)
@@ -33,3 +37,20 @@ def test_blocks_submitted_to_one_node_reach_all_and_agree_on_level_sets(
         delta = factory.chain.level_set(factory.chain.best_chain()[h])
         assert delta is not None
         assert sets[0] == [bytes(x).hex() for x in delta.order]
+
+
+def test_a_transaction_submitted_to_one_node_reaches_every_mempool(network: TestNetwork) -> None:
+    a, b, c = network.start(3, topology="line")
+    network.wait_connected([a, b, c])
+    log.info("A faucet payment posted to node0 is announced by batched inv, hop by hop")
+    payment = transfer(
+        [(Chain(DEVNET, MemoryStore()).genesis_id, 9)], [(10**12, key(5)[1])], DEVNET
+    )
+    answer = a.request("POST", "/v1/txs", {"raw": payment.raw.hex()})
+    assert answer["txid"] == payment.txid.hex()
+    for node in (b, c):
+        node.wait(
+            lambda n: payment.txid.hex() in n.request("GET", "/v1/mempool")["txids"],
+            20,
+            "to hold the payment in its mempool",
+        )
