@@ -14,10 +14,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e '.[test]'
 	touch $@
 
-run:  # 3 devnet nodes + a miner + tx load; not built yet
-	@echo "make run (a local devnet: 3 nodes + 1 miner + a small tx load) arrives with the node (issue 4)." >&2
-	@echo "Until then: make test." >&2
-	@exit 1
+run: $(STAMP)  # 3 devnet nodes + a miner + tx load; prints the explorer URL; Ctrl-C stops all
+	$(BIN)/python scripts/devnet.py
 
 test: lint $(STAMP)  # lint, format check, types, then all tests (import contracts run inside pytest)
 	$(BIN)/pytest $(HYPOTHESIS_PROFILE)

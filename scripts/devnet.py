@@ -1,0 +1,635 @@
+"""``make run``: a local devnet of 3 nodes, a miner and a small transaction load on 127.0.0.1.
+
+Starts ``dagchain-node start --network devnet`` three times (node i dials node i-1 with
+``--peer``), one ``dagchain-miner`` against node0, and a transaction load against node1; prints
+the explorer URL, then a live summary (a refreshing table on a terminal, plain lines otherwise).
+Ctrl-C (SIGINT) or SIGTERM stops everything: SIGTERM to every child's process group, at most
+10 s of grace, then SIGKILL, so no process is left behind and the nodes close their databases.
+
+The transaction load is ``dagchain-wallet --devnet-faucet load`` when the wallet is installed;
+otherwise a built-in faucet load (below) signs transfers of the documented devnet faucet key
+with ``dagchain.transactions.sign_transaction`` and POSTs them to ``/v1/txs``.
+
+Usage: ``python scripts/devnet.py [--datadir DIR] [--ports fixed|free] [--tps N] [--keep]``.
+"""
+
+import argparse
+import contextlib
+import ctypes
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: import dagchain from it
+    sys.path.insert(0, str(REPO_ROOT))
+
+from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey  # noqa: E402
+from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET  # noqa: E402
+from dagchain.params import DEVNET  # noqa: E402
+from dagchain.transactions import TxKind, TxOut, sign_transaction  # noqa: E402
+from dagchain.types import TxId  # noqa: E402
+
+NODES = 3
+BASE_PORT = DEVNET.p2p_port  # node i: p2p BASE_PORT + 10 i, API BASE_PORT + 10 i + 1
+STOP_GRACE_S = 10.0
+STARTUP_TIMEOUT_S = 30.0
+MARKER = ".dagchain-devnet"  # a datadir holding this file was made here and may be wiped
+MINER_SECRET = (2).to_bytes(32, "big")  # payout key of the devnet miner (public, devnet only)
+RECIPIENTS = [address_from_pubkey(xonly_pubkey((100 + i).to_bytes(32, "big"))) for i in range(8)]
+TPS_WINDOW_S = 10.0
+HASHRATE_RE = re.compile(r"hashrate_hs=(\d+)")
+
+
+def log(message: str) -> None:
+    say(f"devnet: {message}")
+
+
+def say(text: str) -> None:
+    """Print; a closed stdout (``| head``) must not stop the shutdown."""
+    with contextlib.suppress(OSError):
+        print(text, flush=True)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the node binds: TIME_WAIT ok
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pick_port(preferred: int | None) -> int:
+    """``preferred`` if it is free on 127.0.0.1, else any free port."""
+    if preferred is not None and port_free(preferred):
+        return preferred
+    return free_port()
+
+
+def http_json(url: str, body: Any = None, timeout: float = 2.0) -> tuple[int, Any]:
+    """One JSON request; (status, parsed body). Raises OSError when the node does not answer."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"null")
+        except ValueError:
+            return exc.code, None
+
+
+def http_text(url: str, timeout: float = 2.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it if devnet.py dies (Linux PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+@dataclass
+class Child:
+    """One child process in its own process group (its own session), output to a log file."""
+
+    name: str
+    cmd: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    _log: Any = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self._log.write(f"===== {' '.join(self.cmd)}\n".encode())
+        self._log.flush()
+        self.popen = subprocess.Popen(
+            self.cmd,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: Ctrl-C reaches devnet.py only
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid if self.popen is not None else -1
+
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
+
+
+def stop_children(
+    children: Sequence[Child], grace_s: float = STOP_GRACE_S
+) -> dict[str, int | None]:
+    """SIGTERM every process group, wait at most ``grace_s`` in all, then SIGKILL what is left.
+
+    Returns each child's exit status (negative: killed by that signal)."""
+    for child in children:
+        if child.running():
+            child.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        if child.popen is None:
+            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.popen.wait(max(0.0, deadline - time.monotonic()))
+    for child in children:
+        if child.popen is None:
+            continue
+        if child.popen.poll() is None:
+            log(f"{child.name} did not stop within {grace_s:.0f} s: SIGKILL")
+        child.signal_group(signal.SIGKILL)  # also any grandchild left in the group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.popen.wait(5)
+        child.close_log()
+    return {c.name: (c.popen.returncode if c.popen is not None else None) for c in children}
+
+
+# ---------------------------------------------------------------------- built-in faucet load
+
+
+class FaucetLoad:
+    """Spends the devnet faucet's confirmed UTXOs at ``tps``: a small payment, change back.
+
+    Only confirmed outputs are spent (POST /v1/txs accepts no unconfirmed parents), each at most
+    once; the change becomes spendable again when its level set is applied.
+    """
+
+    def __init__(self, node_url: str, tps: float, stop: threading.Event) -> None:
+        self.node_url = node_url
+        self.tps = tps
+        self.stop = stop
+        self.sent = 0
+        self.rejected = 0
+        self.used: set[tuple[str, int]] = set()
+        self.used_order: deque[tuple[str, int]] = deque()
+        self.rng = random.Random()
+        self.thread = threading.Thread(target=self.run, name="faucet-load", daemon=True)
+        self.faucet_hex = FAUCET_ADDRESS.hex()
+
+    def spendable(self) -> list[tuple[str, int, int]]:
+        status, body = http_json(f"{self.node_url}/v1/addresses/{self.faucet_hex}")
+        if status != 200 or not isinstance(body, dict):
+            return []
+        out = []
+        for u in body.get("utxos", []):
+            key = (str(u["txid"]), int(u["index"]))
+            if key not in self.used and int(u["confirmations"]) >= 1:
+                out.append((key[0], key[1], int(u["amount"])))
+        return out
+
+    def send_one(self, txid: str, index: int, amount: int) -> bool:
+        pay = self.rng.randrange(1_000, 100_000)
+        fee = 200
+        if amount <= pay + fee:
+            return False
+        outputs = [
+            TxOut(pay, self.rng.choice(RECIPIENTS)),
+            TxOut(amount - pay - fee, FAUCET_ADDRESS),
+        ]
+        tx = sign_transaction(
+            TxKind.TRANSFER,
+            [(TxId(bytes.fromhex(txid)), index)],
+            outputs,
+            [FAUCET_SECRET],
+            DEVNET,
+            aux_rand=self.rng.randbytes(32),
+        )
+        status, _ = http_json(f"{self.node_url}/v1/txs", {"raw": tx.raw.hex()})
+        return status == 202
+
+    def run(self) -> None:
+        interval = 1.0 / self.tps
+        queue: list[tuple[str, int, int]] = []
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                if not queue:
+                    queue = self.spendable()
+                if queue:
+                    txid, index, amount = queue.pop()
+                    self._mark_used((txid, index))
+                    if self.send_one(txid, index, amount):
+                        self.sent += 1
+                    else:
+                        self.rejected += 1
+            except (OSError, ValueError, KeyError):
+                queue = []  # the node is busy or restarting: try again next tick
+            self.stop.wait(max(0.05, interval - (time.monotonic() - started)))
+
+    def _mark_used(self, key: tuple[str, int]) -> None:
+        self.used.add(key)
+        self.used_order.append(key)
+        while len(self.used_order) > 100_000:  # bounded memory on long runs
+            self.used.discard(self.used_order.popleft())
+
+
+# ---------------------------------------------------------------------- the devnet
+
+
+@dataclass
+class NodeInfo:
+    index: int
+    datadir: Path
+    p2p_port: int
+    api_port: int
+    child: Child
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+
+@dataclass
+class Sample:
+    """What the summary shows of one node."""
+
+    height: int | None = None
+    blocks: int | None = None
+    peers: int | None = None
+    mempool: int | None = None
+    tps: float | None = None
+    hashrate: float | None = None
+    confirmed: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
+
+
+def _metric(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith((name + " ", name + "{")):
+            with contextlib.suppress(ValueError, IndexError):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _last_hashrate(path: Path) -> float | None:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = HASHRATE_RE.findall(tail)
+    return float(found[-1]) if found else None
+
+
+class Devnet:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.root: Path = args.datadir.resolve()
+        self.stop = threading.Event()
+        self.nodes: list[NodeInfo] = []
+        self.miner: Child | None = None
+        self.wallet_load: Child | None = None
+        self.faucet_load: FaucetLoad | None = None
+        self.samples: list[Sample] = []
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def children(self) -> list[Child]:
+        """Every child, in stop order: load, miner, then the nodes."""
+        out = [c for c in (self.wallet_load, self.miner) if c is not None]
+        return out + [n.child for n in self.nodes]
+
+    def prepare_datadir(self) -> None:
+        if self.root.exists() and any(self.root.iterdir()) and not self.args.keep:
+            if not (self.root / MARKER).exists():
+                raise SystemExit(
+                    f"devnet: {self.root} exists and was not made by devnet.py; "
+                    "pick another --datadir or remove it"
+                )
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / MARKER).write_text("made by scripts/devnet.py; removed at the next run\n")
+
+    def start(self) -> None:
+        self.prepare_datadir()
+        for i in range(NODES):
+            fixed = self.args.ports == "fixed"
+            p2p = pick_port(BASE_PORT + 10 * i if fixed else None)
+            api = pick_port(BASE_PORT + 10 * i + 1 if fixed else None)
+            datadir = self.root / f"node{i}"
+            cmd = [
+                sys.executable, "-m", "node.cli", "start", "--network", "devnet",
+                "--datadir", str(datadir), "--p2p-host", "127.0.0.1", "--p2p-port", str(p2p),
+                "--api-port", str(api), "--no-discovery", "--log-level", self.args.log_level,
+            ]  # fmt: skip
+            if i > 0:
+                cmd += ["--peer", f"127.0.0.1:{self.nodes[i - 1].p2p_port}"]
+            node = NodeInfo(
+                i, datadir, p2p, api, Child(f"node{i}", cmd, self.root / f"node{i}.log")
+            )
+            self.nodes.append(node)
+            self.samples.append(Sample())
+            node.child.start()
+            log(f"started node{i} pid {node.child.pid} api {node.url} p2p 127.0.0.1:{p2p}")
+        for node in self.nodes:
+            self.wait_up(node)
+        self.start_miner()
+        self.start_load()
+
+    def wait_up(self, node: NodeInfo) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline and not self.stop.is_set():
+            if not node.child.running():
+                raise ChildFailed(node.child)
+            with contextlib.suppress(OSError, ValueError):
+                if http_json(f"{node.url}/v1/status", timeout=1.0)[0] == 200:
+                    return
+            self.stop.wait(0.2)
+        if not self.stop.is_set():
+            raise ChildFailed(node.child, f"did not answer within {STARTUP_TIMEOUT_S:.0f} s")
+
+    def start_miner(self) -> None:
+        node = self.nodes[0]
+        payout = encode_address(DEVNET.hrp, address_from_pubkey(xonly_pubkey(MINER_SECRET)))
+        cmd = [
+            sys.executable, "-m", "miner.cli", "--node", node.url, "--address", payout,
+            "--token-file", str(node.datadir / "api.token"), "--datadir", str(self.root / "miner"),
+            "--rate", str(self.args.block_rate), "--status-interval", "2",
+        ]  # fmt: skip
+        self.miner = Child("miner", cmd, self.root / "miner.log")
+        self.miner.start()
+        log(f"started miner pid {self.miner.pid} on node0, {self.args.block_rate} blocks/s at most")
+
+    def start_load(self) -> None:
+        if self.args.tps <= 0:
+            return
+        node = self.nodes[1 % len(self.nodes)]
+        use_wallet = self.args.load == "wallet" or (
+            self.args.load == "auto" and importlib.util.find_spec("node.wallet") is not None
+        )
+        if use_wallet:
+            cmd = [
+                sys.executable, "-m", "node.wallet", "--devnet-faucet", "load", "--node", node.url,
+                "--rate", str(self.args.tps), "--duration", "86400",
+            ]  # fmt: skip
+            self.wallet_load = Child("load", cmd, self.root / "load.log")
+            self.wallet_load.start()
+            log(f"started dagchain-wallet load pid {self.wallet_load.pid}: {self.args.tps} tx/s")
+        else:
+            self.start_faucet_load(node)
+
+    def start_faucet_load(self, node: NodeInfo) -> None:
+        self.faucet_load = FaucetLoad(node.url, self.args.tps, self.stop)
+        self.faucet_load.thread.start()
+        log(f"started the built-in faucet load on node{node.index}: {self.args.tps} tx/s")
+
+    def shutdown(self) -> int:
+        self.stop.set()
+        log("stopping: SIGTERM to every child, SIGKILL after 10 s")
+        if self.faucet_load is not None:
+            self.faucet_load.thread.join(5)
+        codes = stop_children(self.children)
+        failed = False
+        for name, code in codes.items():
+            how = (
+                f"stopped by {signal.Signals(-code).name}" if code is not None and code < 0 else ""
+            )
+            log(f"{name} {how or f'exited {code}'}")
+            failed |= name.startswith("node") and code != 0
+        log("stopped; data and logs in " + str(self.root))
+        return 1 if failed else 0
+
+    def check_children(self) -> None:
+        for child in self.children:
+            if child.running():
+                continue
+            if child is self.wallet_load:  # the wallet's load ended: carry on with ours
+                log(f"the wallet load exited ({child.popen and child.popen.returncode}):")
+                say(child.log_tail(5))
+                self.wallet_load = None
+                child.close_log()
+                self.start_faucet_load(self.nodes[1 % len(self.nodes)])
+                continue
+            raise ChildFailed(child)
+
+    # ---- summary -----------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for node, sample in zip(self.nodes, self.samples, strict=True):
+            try:
+                _, s = http_json(f"{node.url}/v1/status", timeout=1.0)
+                sample.height = int(s["best_milestone"]["height"])
+                sample.blocks = int(s["blocks"])
+                sample.peers = int(s["peers"])
+                sample.mempool = int(s["mempool"]["size"])
+                confirmed = _metric(
+                    http_text(f"{node.url}/metrics", 1.0), "dagchain_txs_confirmed_total"
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if confirmed is not None:
+                sample.confirmed.append((now, confirmed))
+                while sample.confirmed and now - sample.confirmed[0][0] > TPS_WINDOW_S:
+                    sample.confirmed.popleft()
+                first_t, first_n = sample.confirmed[0]
+                if now - first_t >= 1.0:
+                    sample.tps = (confirmed - first_n) / (now - first_t)
+        if self.miner is not None:
+            self.samples[0].hashrate = _last_hashrate(self.miner.log_path)
+
+    def rows(self) -> list[list[str]]:
+        def fmt(v: float | None, spec: str = "d") -> str:
+            if v is None:
+                return "-"
+            return format(int(v), spec) if spec == "d" else format(v, spec)
+
+        out = []
+        for node, s in zip(self.nodes, self.samples, strict=True):
+            out.append(
+                [
+                    f"node{node.index}",
+                    f":{node.api_port}",
+                    fmt(s.height),
+                    fmt(s.blocks),
+                    fmt(s.peers),
+                    fmt(s.mempool),
+                    fmt(s.tps, ".1f"),
+                    _hashrate_text(s.hashrate),
+                ]
+            )
+        return out
+
+    def load_text(self) -> str:
+        if self.faucet_load is not None:
+            load = self.faucet_load
+            return f"faucet load: {load.sent} txs sent, {load.rejected} refused"
+        if self.wallet_load is not None:
+            return "load: dagchain-wallet --devnet-faucet load (log: load.log)"
+        return "load: off"
+
+    def run_summary(self, out: TextIO) -> None:
+        if out.isatty() and not self.args.plain:
+            self._run_live()
+        else:
+            self._run_plain()
+
+    def _run_plain(self) -> None:
+        last = 0.0
+        while not self.stop.is_set():
+            self.check_children()
+            if time.monotonic() - last >= self.args.interval:
+                last = time.monotonic()
+                self.poll()
+                for row in self.rows():
+                    say(
+                        f"{row[0]}: height {row[2]} blocks {row[3]} peers {row[4]} "
+                        f"mempool {row[5]} tps {row[6]} hashrate {row[7]}"
+                    )
+                say(self.load_text())
+            self.stop.wait(0.5)
+
+    def _run_live(self) -> None:
+        from rich.console import Group
+        from rich.live import Live
+        from rich.table import Table
+        from rich.text import Text
+
+        def render() -> Group:
+            table = Table(title="dagchain devnet", title_justify="left")
+            table.add_column("node")
+            table.add_column("api")
+            for col in ("height", "blocks", "peers", "mempool", "tps", "hash rate"):
+                table.add_column(col, justify="right")
+            for row in self.rows():
+                table.add_row(*row)
+            footer = Text(
+                "height: best milestone; tps: confirmed tx/s over 10 s; hash rate: the miner's\n"
+                f"{self.load_text()}\nexplorer: {self.nodes[0].url}/   "
+                f"logs: {self.root}   Ctrl-C stops everything",
+                style="dim",
+            )
+            return Group(table, footer)
+
+        with Live(render(), refresh_per_second=2, transient=False) as live:
+            while not self.stop.is_set():
+                self.check_children()
+                self.poll()
+                live.update(render())
+                self.stop.wait(1.0)
+
+
+def _hashrate_text(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    for unit, scale in (("MH/s", 1e6), ("kH/s", 1e3)):
+        if rate >= scale:
+            return f"{rate / scale:.1f} {unit}"
+    return f"{rate:.0f} H/s"
+
+
+class ChildFailed(Exception):
+    def __init__(self, child: Child, why: str = "") -> None:
+        code = child.popen.returncode if child.popen is not None else None
+        super().__init__(f"{child.name} {why or f'exited with status {code}'}")
+        self.child = child
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/devnet.py", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--datadir", type=Path, default=Path("devnet-data"), help="default ./devnet-data"
+    )
+    p.add_argument(
+        "--keep", action="store_true", help="reuse the datadir's chain instead of wiping"
+    )
+    p.add_argument(
+        "--ports",
+        choices=["fixed", "free"],
+        default="fixed",
+        help=f"fixed: node i on {BASE_PORT}+10i (p2p) and +1 (API) when free; free: any free port",
+    )
+    p.add_argument(
+        "--tps", type=float, default=2.0, help="offered transactions per second (0: off)"
+    )
+    p.add_argument("--load", choices=["auto", "wallet", "builtin"], default="auto")
+    p.add_argument("--block-rate", type=float, default=4.0, help="miner --rate (blocks per second)")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between plain lines")
+    p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    devnet = Devnet(args)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        devnet.stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    status = 0
+    try:
+        devnet.start()
+        if not devnet.stop.is_set():
+            url = devnet.nodes[0].url + "/"
+            others = ", ".join(n.url + "/" for n in devnet.nodes[1:])
+            log(f"explorer: {url}  (also {others})")
+            log("Ctrl-C stops everything")
+            devnet.run_summary(sys.stdout)
+    except ChildFailed as exc:
+        log(f"error: {exc}; its log ({exc.child.log_path}) ends with:")
+        say(exc.child.log_tail())
+        status = 1
+    finally:
+        status = devnet.shutdown() or status
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
