@@ -1,0 +1,600 @@
+"""``dagchain-wallet load``: fund N accounts, send at a fixed rate, measure what the DAG confirms.
+
+Phases, each bounded in time and count:
+
+1. **Fund.** From the wallet (or the devnet faucet) a two-stage fan-out: stage A txs split source
+   coins into "intermediate" outputs of account 0, stage B txs split each intermediate into up to
+   64 coins of ``utxo_amount`` units, dealt round-robin to the N accounts. No unconfirmed parents
+   (§7.5), so each stage waits for its confirmations.
+2. **Send.** Slot i is due at ``start + i / rate``; each slot spends one funded coin of account a
+   to account a+1 (one input, one output, ``fee`` units). At most ``max_in_flight`` POSTs run at
+   once; when they are all busy the sender falls behind and the offered rate shows it. A
+   confirmed tx's output goes back into the coin pool (recycling), so the funding covers about
+   ``RECYCLE_WINDOW_S`` seconds of load.
+3. **Wait** until every accepted tx is confirmed or ``confirm_timeout_s`` passes.
+
+Confirmations come from the node's best chain: a poller walks each new milestone's level set
+(``GET /v1/milestones/{h}/level-set``) and its blocks (``GET /v1/blocks/{hash}``: txids and
+``tx_status``), so it sees every inclusion, VALID or not. The duplicate rate is the simulator's
+``duplicate_tx_rate``: inclusions of a txid after its first, over all inclusions of load txs.
+"""
+
+import asyncio
+import contextlib
+import math
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagchain.crypto import encode_address
+from dagchain.params import ConsensusParams
+from dagchain.types import Address, TxId
+from node.walletclient import (
+    NodeClient,
+    Utxo,
+    WalletError,
+    address_of,
+    build_payment,
+    select_coins,
+)
+
+__all__ = [
+    "DEFAULT_LOAD_FEE",
+    "ConfirmationTracker",
+    "LoadConfig",
+    "LoadReport",
+    "duplicate_rate",
+    "fanout_plan",
+    "percentile",
+    "run_load",
+]
+
+DEFAULT_LOAD_FEE = 100
+UTXO_AMOUNT = 1_000_000
+RECYCLE_WINDOW_S = 60.0
+MAX_FUND_COINS = 200_000
+FAN_OUT = 64
+"""Outputs per stage-B tx (``max_tx_outputs``); stage A keeps one output for change."""
+POLL_INTERVAL_S = 0.25
+BLOCK_FETCHES = 16
+"""Concurrent ``GET /v1/blocks`` of the confirmation poller."""
+PROGRESS_INTERVAL_S = 5.0
+
+
+# ------------------------------------------------------------------------------ pure helpers
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) with linear interpolation between closest ranks; 0 if empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def duplicate_rate(inclusions: Counter[TxId]) -> float:
+    """Inclusions that repeat an earlier one, over all inclusions (0 if none)."""
+    total = sum(inclusions.values())
+    return (total - len(inclusions)) / total if total else 0.0
+
+
+def fanout_plan(coins: int, fan_out: int = FAN_OUT) -> tuple[list[int], list[int]]:
+    """How to make ``coins`` coins in two stages.
+
+    Returns:
+        (stage A: intermediate outputs per stage-A tx (each <= fan_out - 1, change aside),
+        stage B: coins per intermediate (each <= fan_out)), with ``sum(stage B) == coins``.
+    """
+    if coins <= 0:
+        return [], []
+    stage_b = [fan_out] * (coins // fan_out) + ([coins % fan_out] if coins % fan_out else [])
+    per_a = fan_out - 1
+    n = len(stage_b)
+    stage_a = [per_a] * (n // per_a) + ([n % per_a] if n % per_a else [])
+    return stage_a, stage_b
+
+
+def coins_needed(rate: float, duration_s: float, accounts: int) -> int:
+    """Funded coins: enough for the whole run or ``RECYCLE_WINDOW_S`` of it (then recycled)."""
+    want = math.ceil(rate * min(duration_s, RECYCLE_WINDOW_S) * 1.1) + accounts
+    return min(MAX_FUND_COINS, want)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConfig:
+    """Options of one load run (see the module docstring)."""
+
+    rate: float
+    duration_s: float
+    accounts: int = 16
+    max_in_flight: int = 64
+    fee: int = DEFAULT_LOAD_FEE
+    confirm_timeout_s: float = 60.0
+    fund_timeout_s: float = 180.0
+    utxo_amount: int = UTXO_AMOUNT
+
+
+@dataclass(slots=True)
+class Coin:
+    """A spendable output and the account that owns it (-1: the source wallet)."""
+
+    utxo: Utxo
+    owner: int
+
+
+@dataclass(slots=True)
+class SentTx:
+    """A tx built by the load generator."""
+
+    txid: TxId
+    fee: int
+    kind: str  # "fund" or "load"
+    sent_at: float
+    accepted: bool = False
+    output: Coin | None = None
+
+
+# ------------------------------------------------------------------------------ confirmations
+
+
+class ConfirmationTracker:
+    """Follows the node's best chain from a start height and records inclusions of watched txs.
+
+    ``poll`` processes every milestone above the last one seen; when the milestone at the last
+    processed height is no longer on the best chain (a reorganisation), the inclusions of the
+    abandoned heights are forgotten and those heights are walked again.
+    """
+
+    def __init__(self, client: NodeClient, start_height: int, clock: Callable[[], float]) -> None:
+        self.client = client
+        self.clock = clock
+        self.watched: dict[TxId, SentTx] = {}
+        self.inclusions: Counter[TxId] = Counter()
+        self.valid: Counter[TxId] = Counter()
+        self.confirmed_at: dict[TxId, float] = {}
+        self._height = start_height  # last processed height
+        self._ms: dict[int, str] = {}
+        self._per_height: dict[int, list[tuple[TxId, bool]]] = {}
+        self.on_confirm: Callable[[SentTx], None] = lambda sent: None
+        self.reorgs = 0
+
+    async def poll(self) -> None:
+        """Catch up with the node's best milestone (one status call when idle)."""
+        status = await self.client.get("/v1/status")
+        best = int(status["best_milestone"]["height"])
+        await self._unwind(best)
+        for height in range(self._height + 1, best + 1):
+            await self._process(height)
+            self._height = height
+
+    async def _unwind(self, best: int) -> None:
+        while self._height in self._ms and (
+            self._height > best or await self._milestone_at(self._height) != self._ms[self._height]
+        ):
+            self.reorgs += 1
+            for txid, is_valid in self._per_height.pop(self._height, []):
+                self.inclusions[txid] -= 1
+                if is_valid:
+                    self.valid[txid] -= 1
+                    if self.valid[txid] == 0:
+                        self.confirmed_at.pop(txid, None)
+            del self._ms[self._height]
+            self._height -= 1
+
+    async def _milestone_at(self, height: int) -> str:
+        rows = await self.client.get(f"/v1/milestones?start={height}&limit=1")
+        return str(rows[0]["hash"]) if rows else ""
+
+    async def _process(self, height: int) -> None:
+        ids = await self.client.get(f"/v1/milestones/{height}/level-set")
+        gate = asyncio.Semaphore(BLOCK_FETCHES)
+
+        async def fetch(block_hash: str) -> Any:
+            async with gate:
+                return await self.client.get(f"/v1/blocks/{block_hash}")
+
+        blocks = await asyncio.gather(*(fetch(str(h)) for h in ids))
+        now = self.clock()
+        record: list[tuple[TxId, bool]] = []
+        for block in blocks:
+            for txid_hex, label in zip(block["txids"], block["tx_status"], strict=True):
+                txid = TxId(bytes.fromhex(txid_hex))
+                sent = self.watched.get(txid)
+                if sent is None:
+                    continue
+                is_valid = label == "valid"
+                record.append((txid, is_valid))
+                self.inclusions[txid] += 1
+                if is_valid:
+                    self.valid[txid] += 1
+                    if txid not in self.confirmed_at:
+                        self.confirmed_at[txid] = now
+                        self.on_confirm(sent)
+        self._per_height[height] = record
+        self._ms[height] = str(ids[-1]) if ids else ""
+
+    def is_confirmed(self, txid: TxId) -> bool:
+        """True if the tx is VALID in the best chain as seen so far."""
+        return self.valid[txid] > 0
+
+
+# ------------------------------------------------------------------------------ report
+
+
+@dataclass(slots=True)
+class LoadReport:
+    """Counts and timings of one run; ``summary_lines`` ends with ``confirmed_tps: N``."""
+
+    network: str
+    source: str
+    accounts: list[str]
+    funded_coins: int
+    send_window_s: float
+    attempts: int
+    starved: int
+    accepted: int
+    rejected: Counter[str]
+    errors: int
+    confirmed: int
+    exactly_once: int
+    confirmed_window_s: float
+    latencies_s: list[float]
+    duplicate_rate: float
+    reorgs: int
+    txs: list[SentTx] = field(default_factory=list)
+    valid_counts: dict[TxId, int] = field(default_factory=dict)
+
+    @property
+    def offered_tps(self) -> float:
+        return self.attempts / self.send_window_s if self.send_window_s > 0 else 0.0
+
+    @property
+    def confirmed_tps(self) -> float:
+        return self.confirmed / self.confirmed_window_s if self.confirmed_window_s > 0 else 0.0
+
+    def summary_lines(self) -> list[str]:
+        lat = self.latencies_s
+        rejected = ", ".join(f"{k}={v}" for k, v in sorted(self.rejected.items())) or "none"
+        return [
+            f"network: {self.network}",
+            f"accounts: {len(self.accounts)} funded coins: {self.funded_coins}",
+            f"sent: {self.attempts} in {self.send_window_s:.1f} s (starved slots {self.starved})",
+            f"accepted: {self.accepted} rejected: {rejected} errors: {self.errors}",
+            f"confirmed: {self.confirmed} (exactly once: {self.exactly_once})",
+            f"offered_tps: {self.offered_tps:.2f}",
+            f"latency_s: p50 {percentile(lat, 0.5):.2f} p90 {percentile(lat, 0.9):.2f} "
+            f"p99 {percentile(lat, 0.99):.2f}",
+            f"duplicate_rate: {self.duplicate_rate:.4f}",
+            f"reorgs_seen: {self.reorgs}",
+            f"confirmed_tps: {self.confirmed_tps:.2f}",
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        lat = self.latencies_s
+        return {
+            "network": self.network,
+            "source": self.source,
+            "accounts": self.accounts,
+            "funded_coins": self.funded_coins,
+            "offered_tps": self.offered_tps,
+            "confirmed_tps": self.confirmed_tps,
+            "attempts": self.attempts,
+            "starved": self.starved,
+            "accepted": self.accepted,
+            "rejected": dict(self.rejected),
+            "errors": self.errors,
+            "confirmed": self.confirmed,
+            "exactly_once": self.exactly_once,
+            "latency_s": {
+                q: percentile(lat, v) for q, v in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+            },
+            "duplicate_rate": self.duplicate_rate,
+            "reorgs": self.reorgs,
+            "txs": [
+                {
+                    "txid": t.txid.hex(),
+                    "kind": t.kind,
+                    "fee": t.fee,
+                    "accepted": t.accepted,
+                    "valid_inclusions": self.valid_counts.get(t.txid, 0),
+                }
+                for t in self.txs
+            ],
+        }
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+class _Run:
+    """State of one load run (one event loop task; no locks needed)."""
+
+    def __init__(
+        self,
+        client: NodeClient,
+        params: ConsensusParams,
+        secret: bytes,
+        config: LoadConfig,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.client = client
+        self.params = params
+        self.config = config
+        self.progress = progress
+        self.source_secret = secret
+        self.secrets = [os.urandom(32) for _ in range(config.accounts)]
+        self.addresses = [address_of(s) for s in self.secrets]
+        self.pool: deque[Coin] = deque()
+        self.sent: dict[TxId, SentTx] = {}
+        self.rejected: Counter[str] = Counter()
+        self.errors = 0
+        self.tracker: ConfirmationTracker | None = None
+        self.stop = asyncio.Event()
+        self.poll_errors = 0
+        self.funded_coins = 0
+        self.polled = asyncio.Event()
+
+    def hrp(self, address: Address) -> str:
+        return encode_address(self.params.hrp, address)
+
+    def secret_of(self, owner: int) -> bytes:
+        return self.source_secret if owner < 0 else self.secrets[owner]
+
+    async def submit(
+        self,
+        coins: Sequence[Coin],
+        payments: list[tuple[Address, int]],
+        change: int,
+        fee: int,
+        kind: str,
+    ) -> SentTx | None:
+        """Sign and POST one tx; record it whatever the answer (it may be accepted anyway)."""
+        secret = self.secret_of(coins[0].owner)
+        tx = build_payment(self.params, secret, [c.utxo for c in coins], payments, change)
+        sent = SentTx(tx.txid, fee, kind, time.monotonic())
+        self.sent[tx.txid] = sent
+        if self.tracker is not None:
+            self.tracker.watched[tx.txid] = sent
+        try:
+            answer = await self.client.submit(tx.raw)
+        except WalletError:
+            self.errors += 1
+            return None
+        if answer.status == 202:
+            sent.accepted = True
+            return sent
+        self.rejected[f"{answer.status}:{answer.error_code}"] += 1
+        return None
+
+    # -------------------------------------------------------------- funding
+
+    async def fund(self, coins: int) -> None:
+        stage_a, stage_b = fanout_plan(coins)
+        self.funded_coins = coins
+        amount, fee = self.config.utxo_amount, self.config.fee
+        fund_fee = fee * 20
+        inter_value = [n * amount + fund_fee for n in stage_b]
+        _, _, utxos = await self.client.utxos(self.hrp(address_of(self.source_secret)))
+        need = sum(inter_value) + fund_fee * len(stage_a)
+        have = sum(u.amount for u in utxos)
+        if have < need:
+            raise WalletError(f"insufficient funds for this load: need {need} units, have {have}")
+        self.progress(
+            f"funding {coins} coins for {len(self.secrets)} accounts: "
+            f"{len(stage_a)} + {len(stage_b)} txs"
+        )
+        free = list(utxos)
+        intermediates: list[Coin] = []
+        a0 = self.addresses[0]
+        pos = 0
+        stage_a_txs: list[SentTx] = []
+        for n in stage_a:
+            values = inter_value[pos : pos + n]
+            pos += n
+            chosen, change = select_coins(free, sum(values) + fund_fee, self.params.max_tx_inputs)
+            chosen_set = {u.outpoint for u in chosen}
+            free = [u for u in free if u.outpoint not in chosen_set]
+            sent = await self.submit(
+                [Coin(u, -1) for u in chosen], [(a0, v) for v in values], change, fund_fee, "fund"
+            )
+            if sent is None:
+                raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
+            stage_a_txs.append(sent)
+            intermediates += [Coin(Utxo(sent.txid, j, v), 0) for j, v in enumerate(values)]
+        await self.wait_confirmed(stage_a_txs, "stage A funding")
+        stage_b_txs: list[SentTx] = []
+        dealt = 0
+        for inter, n in zip(intermediates, stage_b, strict=True):
+            owners = [(dealt + k) % len(self.secrets) for k in range(n)]
+            dealt += n
+            sent = await self.submit(
+                [inter], [(self.addresses[o], amount) for o in owners], 0, fund_fee, "fund"
+            )
+            if sent is None:
+                raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
+            stage_b_txs.append(sent)
+            self.pool.extend(Coin(Utxo(sent.txid, j, amount), o) for j, o in enumerate(owners))
+        await self.wait_confirmed(stage_b_txs, "stage B funding")
+
+    async def wait_confirmed(self, txs: Sequence[SentTx], what: str) -> None:
+        tracker = self.tracker
+        if tracker is None:  # pragma: no cover - set before funding
+            raise RuntimeError("no tracker")
+        if not await self.wait_for(
+            lambda: all(tracker.is_confirmed(t.txid) for t in txs), self.config.fund_timeout_s
+        ):
+            raise WalletError(
+                f"{what}: txs not confirmed within {self.config.fund_timeout_s:.0f} s "
+                "(is a miner running?)"
+            )
+
+    # -------------------------------------------------------------- sending
+
+    def on_confirm(self, sent: SentTx) -> None:
+        if sent.kind == "load" and sent.output is not None:
+            self.pool.append(sent.output)
+
+    async def send_one(self, coin: Coin) -> None:
+        to = (coin.owner + 1) % len(self.secrets)
+        value = coin.utxo.amount - self.config.fee
+        sent = await self.submit([coin], [(self.addresses[to], value)], 0, self.config.fee, "load")
+        if sent is not None:
+            sent.output = Coin(Utxo(sent.txid, 0, value), to)
+            tracker = self.tracker
+            if tracker is not None and tracker.is_confirmed(sent.txid):
+                self.pool.append(sent.output)  # confirmed before the answer arrived
+
+    async def send_phase(self) -> tuple[int, int, float]:
+        """Send at the configured rate; returns (attempts, starved slots, window seconds)."""
+        cfg = self.config
+        gate = asyncio.Semaphore(cfg.max_in_flight)
+        tasks: set[asyncio.Task[None]] = set()
+        slots = math.ceil(cfg.rate * cfg.duration_s)
+        attempts = starved = 0
+        start = time.monotonic()
+        deadline = start + cfg.duration_s
+        next_progress = start + PROGRESS_INTERVAL_S
+        for slot in range(slots):
+            due = start + slot / cfg.rate
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if due > now:
+                await asyncio.sleep(due - now)
+            if now >= next_progress:
+                next_progress += PROGRESS_INTERVAL_S
+                self.progress(self.status_line(now - start, attempts))
+            if not self.pool:
+                starved += 1
+                continue
+            try:
+                await asyncio.wait_for(gate.acquire(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            attempts += 1
+            task = asyncio.create_task(self.send_one(self.pool.popleft()))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            task.add_done_callback(lambda _: gate.release())
+        window = time.monotonic() - start
+        if tasks:
+            await asyncio.wait(tasks, timeout=30.0)
+        return attempts, starved, window
+
+    def status_line(self, elapsed: float, attempts: int) -> str:
+        tracker = self.tracker
+        confirmed = len(tracker.confirmed_at) if tracker is not None else 0
+        accepted = sum(1 for s in self.sent.values() if s.accepted and s.kind == "load")
+        return (
+            f"t={elapsed:.0f}s sent={attempts} accepted={accepted} confirmed={confirmed} "
+            f"coins={len(self.pool)}"
+        )
+
+    async def wait_phase(self) -> None:
+        tracker = self.tracker
+        if tracker is None:  # pragma: no cover
+            return
+        accepted = [s for s in self.sent.values() if s.accepted and s.kind == "load"]
+        await self.wait_for(
+            lambda: all(tracker.is_confirmed(s.txid) for s in accepted),
+            self.config.confirm_timeout_s,
+        )
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Re-check ``predicate`` after each poll until it holds or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.polled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.polled.wait(), min(left, 5 * POLL_INTERVAL_S))
+        return True
+
+    async def poll_forever(self) -> None:
+        tracker = self.tracker
+        if tracker is None:  # pragma: no cover
+            return
+        while not self.stop.is_set():
+            try:
+                await tracker.poll()
+            except WalletError as exc:  # a busy or restarting node: try again next round
+                self.poll_errors += 1
+                if self.poll_errors % 20 == 1:
+                    self.progress(f"confirmation poll failed: {exc}")
+            self.polled.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), POLL_INTERVAL_S)
+
+    def report(self, attempts: int, starved: int, window: float, first: float) -> LoadReport:
+        tracker = self.tracker
+        if tracker is None:  # pragma: no cover
+            raise RuntimeError("no tracker")
+        load = [s for s in self.sent.values() if s.kind == "load"]
+        accepted = [s for s in load if s.accepted]
+        confirmed = [s for s in accepted if tracker.is_confirmed(s.txid)]
+        times = [tracker.confirmed_at[s.txid] for s in confirmed]
+        load_incl = Counter(
+            {s.txid: tracker.inclusions[s.txid] for s in load if tracker.inclusions[s.txid] > 0}
+        )
+        return LoadReport(
+            network=self.params.network_id,
+            source=self.hrp(address_of(self.source_secret)),
+            accounts=[self.hrp(a) for a in self.addresses],
+            funded_coins=self.funded_coins,
+            send_window_s=window,
+            attempts=attempts,
+            starved=starved,
+            accepted=len(accepted),
+            rejected=self.rejected,
+            errors=self.errors,
+            confirmed=len(confirmed),
+            exactly_once=sum(1 for s in confirmed if tracker.valid[s.txid] == 1),
+            confirmed_window_s=max(window, (max(times) - first) if times else 0.0),
+            latencies_s=[tracker.confirmed_at[s.txid] - s.sent_at for s in confirmed],
+            duplicate_rate=duplicate_rate(load_incl),
+            reorgs=tracker.reorgs,
+            txs=list(self.sent.values()),
+            valid_counts={t: tracker.valid[t] for t in self.sent},
+        )
+
+
+async def run_load(
+    client: NodeClient,
+    params: ConsensusParams,
+    secret: bytes,
+    config: LoadConfig,
+    progress: Callable[[str], None] = lambda line: None,
+) -> LoadReport:
+    """Fund, send, wait and report (module docstring).
+
+    Raises:
+        WalletError: insufficient funds, unconfirmed funding, or an unreachable node.
+    """
+    run = _Run(client, params, secret, config, progress)
+    status = await client.get("/v1/status")
+    run.tracker = ConfirmationTracker(
+        client, int(status["best_milestone"]["height"]), time.monotonic
+    )
+    run.tracker.on_confirm = run.on_confirm
+    poller = asyncio.create_task(run.poll_forever())
+    try:
+        await run.fund(coins_needed(config.rate, config.duration_s, config.accounts))
+        progress(f"funded; sending {config.rate:g} tx/s for {config.duration_s:g} s")
+        first = time.monotonic()
+        attempts, starved, window = await run.send_phase()
+        progress(f"sent {attempts}; waiting up to {config.confirm_timeout_s:g} s for confirmations")
+        await run.wait_phase()
+    finally:
+        run.stop.set()
+        await asyncio.wait([poller], timeout=10.0)
+        if not poller.done():
+            poller.cancel()
+    return run.report(attempts, starved, window, first)

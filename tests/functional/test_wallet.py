@@ -1,0 +1,239 @@
+"""``dagchain-wallet`` on real devnet nodes with a real ``dagchain-miner`` (issue 7).
+
+- Faucet -> wallet A -> wallet B across three connected nodes: change outputs and balances match
+  the ledger of every node.
+- Mempool across a restart: a conflicting spend is refused with 409; after a restart the pool is
+  empty (not persisted, docs/node.md) and the same tx is accepted again.
+- A bounded load run (8 tx/s for 15 s): every accepted tx is VALID in exactly one best-chain
+  block on every node, and no coin is created or lost.
+"""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagchain.crypto import encode_address
+from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET
+from dagchain.params import DEVNET
+from dagchain.transactions import TxKind, TxOut, sign_transaction
+from dagchain.types import TxId
+from tests.functional.framework import REPO_ROOT, ApiError, NodeProcess, TestNetwork, wait_until
+
+pytestmark = pytest.mark.integration
+log = logging.getLogger("functional.wallet")
+
+FAUCET_COINS = 10**14
+FAUCET_TOTAL = 64 * FAUCET_COINS
+GENESIS = "d5475c0b8b110e9dcc2f71742e6d4e72454f32eee3b4fb4a5cc669063bc5d5ee"
+PAYOUT = encode_address(DEVNET.hrp, bytes(range(32)))  # the miner's rewards go elsewhere
+
+
+class Miner:
+    """A ``dagchain-miner`` process mining on one node; SIGKILLed at teardown."""
+
+    def __init__(self, node: NodeProcess, datadir: Path, rate: float) -> None:
+        self.log_path = datadir.parent / "miner.log"
+        datadir.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            *(sys.executable, "-m", "miner.cli", "--node", node.url, "--address", PAYOUT),
+            *("--token-file", str(node.datadir / "api.token"), "--datadir", str(datadir)),
+            *("--rate", str(rate), "--status-interval", "5"),
+        ]
+        with self.log_path.open("ab") as out:
+            self.process = subprocess.Popen(
+                cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(5)
+
+
+@pytest.fixture
+def miners() -> Iterator[list[Miner]]:
+    started: list[Miner] = []
+    yield started
+    for m in started:
+        m.stop()
+        print(f"----- {m.log_path}\n{m.log_path.read_text()[-3000:]}")
+
+
+def wallet(
+    *args: str, password: str = "pw-1", check: bool = True, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run ``dagchain-wallet`` (as ``python -m node.wallet``) with the password in the env."""
+    env = {**os.environ, "DAGCHAIN_WALLET_PASSWORD": password}
+    result = subprocess.run(
+        [sys.executable, "-m", "node.wallet", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def ledger(node: NodeProcess, address: str) -> dict[str, Any]:
+    result: dict[str, Any] = node.request("GET", f"/v1/addresses/{address}")
+    return result
+
+
+def balance_lines(node: NodeProcess, wallet_file: Path) -> dict[str, str]:
+    out = wallet("--wallet", str(wallet_file), "balance", "--node", node.url).stdout
+    return dict(line.split(": ", 1) for line in out.strip().splitlines())
+
+
+def settled(nodes: list[NodeProcess], address: str, amount: int) -> bool:
+    """Every node shows ``amount`` confirmed and nothing pending for ``address``."""
+    return all(
+        ledger(n, address)["balance"] == ledger(n, address)["pending_balance"] == str(amount)
+        for n in nodes
+    )
+
+
+def test_faucet_to_a_to_b_with_change_matches_every_nodes_ledger(
+    network: TestNetwork, miners: list[Miner], tmp_path: Path
+) -> None:
+    nodes = network.start(3)
+    network.wait_connected(nodes)
+    miners.append(Miner(nodes[0], tmp_path / "miner" / "data", rate=8))
+    a_file, b_file = tmp_path / "a.json", tmp_path / "b.json"
+    a = wallet("--wallet", str(a_file), "new").stdout.strip()
+    b = wallet("--wallet", str(b_file), "new", password="pw-2").stdout.strip()
+    assert wallet("--wallet", str(a_file), "address").stdout.strip() == a
+
+    log.info("Faucet pays A 10^9 units through node1")
+    wallet("--devnet-faucet", "send", "--node", nodes[1].url, "--to", a, "--amount", "1000000000")
+    wait_until(lambda: settled(nodes, a, 10**9), 30, "A funded on every node")
+
+    log.info("A pays B 3*10^8 with fee 1,000 through node2; the change returns to A")
+    txid = wallet(
+        *("--wallet", str(a_file), "send", "--node", nodes[2].url, "--to", b),
+        *("--amount", "300000000", "--fee", "1000"),
+    ).stdout.strip()
+    change = 10**9 - 3 * 10**8 - 1000
+    wait_until(lambda: settled(nodes, a, change) and settled(nodes, b, 3 * 10**8), 30, "A -> B")
+    for node in nodes:
+        a_utxos = ledger(node, a)["utxos"]
+        b_utxos = ledger(node, b)["utxos"]
+        assert [(u["txid"], u["index"], u["amount"]) for u in b_utxos] == [(txid, 0, "300000000")]
+        assert [(u["txid"], u["index"], u["amount"]) for u in a_utxos] == [(txid, 1, str(change))]
+        assert node.request("GET", f"/v1/txs/{txid}")["status"] == "confirmed"
+        assert balance_lines(node, a_file)["balance"] == str(change)
+        assert balance_lines(node, b_file)["balance"] == str(3 * 10**8)
+
+    log.info("Wrong password and overspending are one-line exit-2 errors; nothing is sent")
+    wrong = wallet(
+        *("--wallet", str(b_file), "send", "--node", nodes[0].url, "--to", a, "--amount", "5"),
+        password="nope",
+        check=False,
+    )
+    assert (wrong.returncode, wrong.stderr.count("\n")) == (2, 1)
+    assert "wrong password" in wrong.stderr
+    broke = wallet(
+        *("--wallet", str(b_file), "send", "--node", nodes[0].url, "--to", a),
+        *("--amount", str(3 * 10**8)),  # + the 1,000 fee: one unit too many
+        password="pw-2",
+        check=False,
+    )
+    assert broke.returncode == 2
+    assert "insufficient funds" in broke.stderr
+    assert settled(nodes, b, 3 * 10**8)
+
+
+def faucet_payment(index: int, amount: int, to: bytes) -> bytes:
+    tx = sign_transaction(
+        TxKind.TRANSFER,
+        [(TxId(bytes.fromhex(GENESIS)), index)],
+        [TxOut(amount, to)],  # type: ignore[arg-type]
+        [FAUCET_SECRET],
+        DEVNET,
+        aux_rand=os.urandom(32),
+    )
+    return tx.raw
+
+
+def test_conflicts_get_409_and_the_mempool_is_not_kept_across_a_restart(
+    network: TestNetwork,
+) -> None:
+    node = network.start(1)[0]
+    first = faucet_payment(5, FAUCET_COINS - 100, bytes(32))
+    rival = faucet_payment(5, FAUCET_COINS - 200, bytes(32))
+    txid = node.request("POST", "/v1/txs", {"raw": first.hex()})["txid"]
+    with pytest.raises(ApiError) as err:
+        node.request("POST", "/v1/txs", {"raw": rival.hex()})
+    assert (err.value.status, err.value.body["error"]["code"]) == (409, "conflict")
+
+    log.info("Restart: the mempool starts empty, the tx is unknown and can be submitted again")
+    assert node.stop() == 0
+    node.start()
+    assert node.request("GET", "/v1/mempool")["size"] == 0
+    with pytest.raises(ApiError) as gone:
+        node.request("GET", f"/v1/txs/{txid}")
+    assert gone.value.status == 404
+    assert node.request("POST", "/v1/txs", {"raw": rival.hex()})["txid"] != txid
+    with pytest.raises(ApiError) as again:
+        node.request("POST", "/v1/txs", {"raw": first.hex()})
+    assert again.value.status == 409  # first seen wins again, now for the rival
+
+
+def valid_inclusions(node: NodeProcess) -> Counter[str]:
+    """txid -> number of best-chain blocks in which it is VALID, from every level set."""
+    counts: Counter[str] = Counter()
+    for height in range(node.best()[1] + 1):
+        for block_hash in node.level_set(height):
+            block = node.request("GET", f"/v1/blocks/{block_hash}")
+            for txid, label in zip(block["txids"], block["tx_status"], strict=True):
+                counts[txid] += label == "valid"
+    return counts
+
+
+def test_bounded_load_confirms_every_accepted_tx_once_and_keeps_every_coin(
+    network: TestNetwork, miners: list[Miner], tmp_path: Path
+) -> None:
+    nodes = network.start(3)
+    network.wait_connected(nodes)
+    miner = Miner(nodes[0], tmp_path / "miner" / "data", rate=8)
+    miners.append(miner)
+    report_file = tmp_path / "load.json"
+    log.info("Load: 8 tx/s for 15 s from the faucet through node1, 4 accounts")
+    result = wallet(
+        *("--devnet-faucet", "load", "--node", nodes[1].url, "--rate", "8", "--duration", "15"),
+        *("--accounts", "4", "--confirm-timeout", "30", "--report", str(report_file)),
+        timeout=150,
+    )
+    assert result.stdout.strip().splitlines()[-1].startswith("confirmed_tps: ")
+    report = json.loads(report_file.read_text())
+    load = [t for t in report["txs"] if t["kind"] == "load"]
+    accepted = [t for t in load if t["accepted"]]
+    assert len(accepted) >= 100, result.stdout
+    assert report["confirmed"] == report["exactly_once"] == len(accepted), result.stdout
+
+    log.info("Stop mining; every node settles on one best chain")
+    miner.stop()
+    best = nodes[1].best()[0]
+    network.wait_same_best(nodes, best, timeout=30)
+    addresses = [FAUCET_ADDRESS.hex(), *report["accounts"]]
+    for node in nodes:
+        counts = valid_inclusions(node)
+        assert [t["txid"] for t in accepted if counts[t["txid"]] != 1] == [], node.name
+        fees = sum(t["fee"] for t in report["txs"] if counts[t["txid"]] == 1)
+        assert not any(counts[t["txid"]] > 1 for t in report["txs"])
+        held = sum(int(ledger(node, a)["balance"]) for a in addresses)
+        assert held + fees == FAUCET_TOTAL, node.name
+        assert all(
+            ledger(node, a)["pending_balance"] == ledger(node, a)["balance"] for a in addresses
+        )

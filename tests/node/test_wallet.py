@@ -1,0 +1,200 @@
+"""dagchain-wallet pure parts: keystore format, coin selection, payments, load statistics."""
+
+import io
+import json
+import stat
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dagchain.crypto import encode_address
+from dagchain.params import DEVNET
+from dagchain.transactions import validate_tx_signatures, validate_tx_stateless
+from dagchain.types import TxId
+from node import wallet
+from node.loadgen import coins_needed, duplicate_rate, fanout_plan, percentile
+from node.walletclient import Utxo, WalletError, address_of, build_payment, select_coins
+
+FAST = (2**4, 8, 1)  # tests only: the CLI always uses n = 2^15
+SECRET = (7).to_bytes(32, "big")
+
+
+def utxo(n: int, amount: int) -> Utxo:
+    return Utxo(TxId(n.to_bytes(32, "big")), 0, amount)
+
+
+def test_keystore_round_trip_returns_the_secret() -> None:
+    data = wallet.encode_keystore(SECRET, "correct horse", "devnet", scrypt=FAST)
+    assert wallet.decode_keystore(data, "correct horse") == SECRET
+    header = wallet.read_keystore_header(data)
+    assert (header.network, header.address) == ("devnet", address_of(SECRET))
+
+
+def test_keystore_does_not_hold_the_secret_in_clear() -> None:
+    data = wallet.encode_keystore(SECRET, "pw", "devnet", scrypt=FAST)
+    assert SECRET.hex() not in data.decode()
+    doc = json.loads(data)
+    assert doc["kdf"]["name"] == "scrypt"
+    assert doc["cipher"]["name"] == "chacha20-poly1305"
+
+
+def test_wrong_password_is_a_clear_error() -> None:
+    data = wallet.encode_keystore(SECRET, "right", "devnet", scrypt=FAST)
+    with pytest.raises(WalletError, match="wrong password"):
+        wallet.decode_keystore(data, "wrong")
+
+
+def test_edited_address_makes_the_file_fail_to_open() -> None:
+    doc = json.loads(wallet.encode_keystore(SECRET, "pw", "devnet", scrypt=FAST))
+    doc["address"] = address_of((8).to_bytes(32, "big")).hex()
+    with pytest.raises(WalletError, match="wrong password"):
+        wallet.decode_keystore(json.dumps(doc).encode(), "pw")
+
+
+def test_a_file_that_is_not_a_wallet_is_named_as_such() -> None:
+    with pytest.raises(WalletError, match="not a dagchain wallet file"):
+        wallet.decode_keystore(b'{"hello": 1}', "pw")
+
+
+def test_default_kdf_is_memory_hard() -> None:
+    doc = json.loads(wallet.encode_keystore(SECRET, "pw", "devnet"))
+    assert doc["kdf"]["n"] * doc["kdf"]["r"] * 128 >= 32 * 2**20  # 32 MiB per derivation
+
+
+def test_new_wallet_has_mode_0600_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "w.json"
+    address = wallet.write_new_wallet(path, "pw", "devnet", FAST)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    before = path.read_bytes()
+    with pytest.raises(WalletError, match="already exists"):
+        wallet.write_new_wallet(path, "pw", "devnet", FAST)
+    assert path.read_bytes() == before
+    assert address_of(wallet.decode_keystore(before, "pw")) == address
+
+
+def test_cli_new_address_and_wrong_password_exit_codes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "w.json"
+    monkeypatch.setenv(wallet.PASSWORD_ENV, "secret")
+    assert wallet.main(["--wallet", str(path), "new"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed.startswith("ddag1")
+    assert wallet.main(["--wallet", str(path), "address"]) == 0
+    assert capsys.readouterr().out.strip() == printed
+    assert wallet.main(["--wallet", str(path), "new"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    monkeypatch.setenv(wallet.PASSWORD_ENV, "not it")
+    to = encode_address(DEVNET.hrp, address_of(SECRET))
+    argv = ["--wallet", str(path), "send", "--node", "http://127.0.0.1:9", "--to", to]
+    assert wallet.main([*argv, "--amount", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "wrong password" in err
+
+
+def test_password_file_wins_and_its_newline_is_dropped(tmp_path: Path) -> None:
+    pw = tmp_path / "pw"
+    pw.write_text("from-file\n")
+    args = wallet.build_parser().parse_args(["--password-file", str(pw), "address"])
+    assert wallet._password(args) == "from-file"
+
+
+def test_missing_password_without_a_terminal_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(wallet.PASSWORD_ENV, raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: no prompt
+    assert wallet.main(["--wallet", str(tmp_path / "w.json"), "new"]) == 2
+    assert "no password" in capsys.readouterr().err
+
+
+def test_faucet_address_is_the_documented_devnet_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert wallet.main(["--devnet-faucet", "address"]) == 0
+    assert capsys.readouterr().out.strip() == encode_address(
+        DEVNET.hrp,
+        bytes.fromhex("9407263be9dc3c4b5b9afbd02ebb5d5cbda687dfb57c65c1816c8cdca9b677a0"),
+    )
+
+
+def test_unreachable_node_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert wallet.main(["--devnet-faucet", "balance", "--node", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dagchain-wallet: error: cannot reach node")
+    assert err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ coin selection
+
+
+def test_coin_selection_takes_largest_first_and_returns_the_change() -> None:
+    coins = [utxo(1, 50), utxo(2, 300), utxo(3, 120)]
+    chosen, change = select_coins(coins, 400)
+    assert [c.amount for c in chosen] == [300, 120]
+    assert change == 20
+
+
+def test_exact_amount_leaves_no_change() -> None:
+    chosen, change = select_coins([utxo(1, 100), utxo(2, 7)], 107)
+    assert len(chosen) == 2
+    assert change == 0
+
+
+def test_insufficient_funds_names_what_is_there() -> None:
+    with pytest.raises(WalletError, match="insufficient funds: have 150 units confirmed, need 151"):
+        select_coins([utxo(1, 100), utxo(2, 50)], 151)
+
+
+def test_selection_respects_the_input_limit() -> None:
+    coins = [utxo(i, 1) for i in range(10)]
+    with pytest.raises(WalletError, match="more than 4 UTXOs"):
+        select_coins(coins, 5, max_inputs=4)
+
+
+def test_payment_pays_the_amount_returns_change_and_verifies() -> None:
+    to = address_of((9).to_bytes(32, "big"))
+    chosen, change = select_coins([utxo(1, 1_000), utxo(2, 500)], 1_200 + 30)
+    tx = build_payment(DEVNET, SECRET, chosen, [(to, 1_200)], change)
+    validate_tx_stateless(tx, DEVNET)
+    validate_tx_signatures(tx, DEVNET)
+    assert [(o.address, o.amount) for o in tx.outputs] == [(to, 1_200), (address_of(SECRET), 270)]
+    assert sum(c.amount for c in chosen) - sum(o.amount for o in tx.outputs) == 30
+
+
+def test_two_signatures_of_one_payment_differ_by_fresh_aux_randomness() -> None:
+    to = address_of((9).to_bytes(32, "big"))
+    one = build_payment(DEVNET, SECRET, [utxo(1, 10)], [(to, 9)], 0)
+    two = build_payment(DEVNET, SECRET, [utxo(1, 10)], [(to, 9)], 0)
+    assert one.inputs[0].signature != two.inputs[0].signature
+
+
+# ------------------------------------------------------------------ load statistics
+
+
+def test_percentiles_interpolate_between_ranks() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == pytest.approx(50.5)
+    assert percentile(values, 0.9) == pytest.approx(90.1)
+    assert percentile([], 0.9) == 0.0
+    assert percentile([3.0], 0.99) == 3.0
+
+
+def test_duplicate_rate_counts_repeat_inclusions_over_all_inclusions() -> None:
+    a, b, c = (TxId(bytes([i]) * 32) for i in range(3))
+    assert duplicate_rate(Counter({a: 1, b: 1, c: 2})) == pytest.approx(1 / 4)
+    assert duplicate_rate(Counter()) == 0.0
+
+
+@pytest.mark.parametrize("coins", [1, 63, 64, 65, 4_032, 4_033, 10_000])
+def test_fanout_plan_makes_exactly_the_coins_within_output_limits(coins: int) -> None:
+    stage_a, stage_b = fanout_plan(coins)
+    assert sum(stage_b) == coins
+    assert sum(stage_a) == len(stage_b)
+    assert max(stage_b) <= 64
+    assert max(stage_a) <= 63  # one output left for the change
+
+
+def test_funding_covers_a_short_run_and_a_recycle_window_of_a_long_one() -> None:
+    assert coins_needed(10, 15, 4) >= 150
+    assert coins_needed(1000, 120, 16) < 1000 * 120
