@@ -16,6 +16,7 @@ template -> nonce search -> submit -> next template, on the miner's own peer cha
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -48,7 +49,8 @@ log = logging.getLogger("dagchain.miner")
 
 KEY_FILE = "redemption.key"
 STATE_FILE = "state.json"
-_HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=5)
+_REDEEM_RETRY_BLOCKS = 64
+"""Blocks after which a redemption whose anchor has not moved is taken as INVALID and redone."""
 
 
 class MinerError(Exception):
@@ -227,6 +229,7 @@ class Miner:
         self.abort = threading.Event()
         self.best_milestone: str | None = None
         self._since_redemption = 0
+        self._warned_anchor = False
         self._headers = {"Authorization": f"Bearer {cfg.token}"}
 
     # ---- HTTP ----------------------------------------------------------------------------------
@@ -316,23 +319,34 @@ class Miner:
         txs = [decode_transaction(bytes.fromhex(x), params) for x in t["txs"]]
         redeemable = int(t.get("redeemable") or 0)
         anchor = t.get("anchor")
-        due = (
-            not t.get("needs_registration")
-            and self._since_redemption >= self.cfg.redeem_every
-            and redeemable > 0
-            and isinstance(anchor, str)
-            and anchor != self.state.last_redemption_anchor  # the last one is ordered
-            and t.get("anchor_address") in (self.key_address_text, self.key_address.hex())
-            and len(txs) < params.block_capacity
-        )
-        if not due:
+        if not isinstance(anchor, str) or not self._redemption_due(t, anchor, redeemable):
             return header_from_template(t), txs, False
-        assert isinstance(anchor, str)  # noqa: S101 - narrowed by `due`
+        if len(txs) >= params.block_capacity:  # the node leaves room; never push a tx out
+            return header_from_template(t), txs, False
         red = build_redemption(
             self.secret, bytes.fromhex(anchor), redeemable, self.cfg.payout, params
         )
         txs = [red, *txs]
         return header_from_template(t, compute_merkle_root(txs)), txs, True
+
+    def _redemption_due(self, t: dict[str, Any], anchor: str, redeemable: int) -> bool:
+        """Every ``redeem_every`` blocks, if there is something to claim with our key.
+
+        While our last redemption is not ordered yet, the node still reports the anchor it spent;
+        a second one would fail R4(a), so wait, unless ``_REDEEM_RETRY_BLOCKS`` blocks passed (it
+        ended INVALID, e.g. after a reorganisation: then sign a new one).
+        """
+        if t.get("needs_registration") or redeemable <= 0:
+            return False
+        if self._since_redemption < self.cfg.redeem_every:
+            return False
+        if t.get("anchor_address") not in (self.key_address_text, self.key_address.hex()):
+            if not self._warned_anchor:
+                log.warning("anchor key %s is not ours; not redeeming", t.get("anchor_address"))
+                self._warned_anchor = True
+            return False
+        pending = anchor == self.state.last_redemption_anchor
+        return not pending or self._since_redemption >= _REDEEM_RETRY_BLOCKS
 
     async def mine_one(self, pool: HashPool) -> bool:
         """One template to one submission; False when the search went stale."""
@@ -348,20 +362,7 @@ class Miner:
         if result.nonce is None:
             self.stats.stale += 1
             return False
-        hdr = header_from_template(t, header.merkle_root)
-        block = make_block(
-            BlockHeader(
-                hdr.version,
-                hdr.milestone_link,
-                hdr.previous_link,
-                hdr.tip_link,
-                hdr.merkle_root,
-                hdr.timestamp_ms,
-                hdr.target,
-                result.nonce,
-            ),
-            txs,
-        )
+        block = make_block(dataclasses.replace(header, nonce=result.nonce), txs)
         status, body = await self.submit(block.raw)
         return self._on_submitted(t, block.id.hex(), status, body, redeeming)
 

@@ -1,0 +1,89 @@
+"""The controller's redemption at tx[0] (§9 R4) and its state file (issue 6)."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagchain.crypto import ZERO_HASH
+from dagchain.params import DEVNET
+from dagchain.transactions import REDEMPTION_INDEX, TxKind, verify_tx_signatures
+from dagchain.types import Address
+from miner.controller import Miner, MinerConfig, MinerError, MinerState
+
+PAYOUT = Address(bytes(range(32)))
+ANCHOR = "ab" * 32
+
+
+def _miner(tmp_path: Path, redeem_every: int = 2) -> Miner:
+    cfg = MinerConfig(
+        node="http://127.0.0.1:1",
+        payout=PAYOUT,
+        payout_text="",
+        token="t",
+        datadir=tmp_path,
+        network="devnet",
+        params=DEVNET,
+        redeem_every=redeem_every,
+    )
+    return Miner(cfg, session=None)  # type: ignore[arg-type]
+
+
+def _template(miner: Miner, redeemable: int = 500, anchor: str = ANCHOR) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "milestone_link": "11" * 32,
+        "previous_link": "22" * 32,
+        "tip_link": "33" * 32,
+        "merkle_root": ZERO_HASH.hex(),
+        "timestamp_ms": 1_800_000_000_000,
+        "target": 0x2100FFFF,
+        "txs": [],
+        "anchor": anchor,
+        "anchor_address": miner.key_address_text,
+        "redeemable": str(redeemable),
+        "needs_registration": False,
+    }
+
+
+def test_redemption_is_signed_at_tx0_and_pays_the_whole_claim(tmp_path: Path) -> None:
+    miner = _miner(tmp_path)
+    miner._since_redemption = 2
+    header, txs, redeeming = miner._prepare(_template(miner))
+    assert redeeming
+    red = txs[0]
+    assert red.kind == TxKind.REDEMPTION
+    assert (red.inputs[0].txid.hex(), red.inputs[0].out_index) == (ANCHOR, REDEMPTION_INDEX)
+    assert [(o.amount, o.address) for o in red.outputs] == [(0, miner.key_address), (500, PAYOUT)]
+    assert verify_tx_signatures(red, DEVNET)
+    assert header.merkle_root != ZERO_HASH  # recomputed over the redemption
+
+
+def test_no_redemption_before_redeem_every_or_with_nothing_to_claim(tmp_path: Path) -> None:
+    miner = _miner(tmp_path)
+    miner._since_redemption = 1
+    assert not miner._prepare(_template(miner))[2]
+    miner._since_redemption = 2
+    assert not miner._prepare(_template(miner, redeemable=0))[2]
+    other = _template(miner)
+    other["anchor_address"] = "ddag1somebodyelse"
+    assert not miner._prepare(other)[2]
+
+
+def test_an_unordered_redemption_is_not_doubled(tmp_path: Path) -> None:
+    """Until the node's anchor moves past the one we spent, a second one would fail R4(a)."""
+    miner = _miner(tmp_path)
+    miner._since_redemption = 2
+    miner.state.last_redemption_anchor = ANCHOR
+    assert not miner._prepare(_template(miner))[2]
+    assert miner._prepare(_template(miner, anchor="cd" * 32))[2]
+    miner._since_redemption = 64  # it never got ordered (INVALID): sign a new one
+    assert miner._prepare(_template(miner))[2]
+
+
+def test_state_survives_a_reload_and_refuses_another_network(tmp_path: Path) -> None:
+    state = MinerState("devnet", root="aa" * 32, last_block="bb" * 32, blocks=7)
+    state.save(tmp_path)
+    assert MinerState.load(tmp_path, "devnet") == state
+    with pytest.raises(MinerError, match="devnet"):
+        MinerState.load(tmp_path, "testnet")
