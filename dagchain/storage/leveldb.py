@@ -23,7 +23,8 @@ from dagchain.storage import WriteBatch
 _TABLE_SUFFIXES = (".ldb", ".sst", ".log")
 BLOOM_FILTER_BITS = 10
 """Bits per key of LevelDB's bloom filter: a lookup of an absent key rarely touches a table."""
-BLOCK_CACHE_BYTES = 32 * 1024 * 1024
+BLOCK_CACHE_BYTES = 8 * 1024 * 1024
+"""LevelDB's default: recent rows live in the chain's own window, so a bigger cache buys little."""
 
 
 @final
@@ -36,6 +37,7 @@ class LevelDBStore:
         sync: fsync every batch (PROTOCOL.md §12 requires it; only benchmarks turn it off).
         verify: read every table once at open, checking block checksums, so a damaged file is
             reported now rather than when its rows are first read.
+        block_cache_bytes: LevelDB's cache of uncompressed table blocks (a fixed cap).
 
     Raises:
         StorageError: locked by another process, corrupted, half-written or not a database.
@@ -48,6 +50,7 @@ class LevelDBStore:
         *,
         sync: bool = True,
         verify: bool = True,
+        block_cache_bytes: int = BLOCK_CACHE_BYTES,
     ) -> None:
         import plyvel  # lazily: only a node on disk needs LevelDB
 
@@ -61,7 +64,7 @@ class LevelDBStore:
                 create_if_missing=create_if_missing,
                 paranoid_checks=True,
                 bloom_filter_bits=BLOOM_FILTER_BITS,
-                lru_cache_size=BLOCK_CACHE_BYTES,
+                lru_cache_size=block_cache_bytes,
             )
         except plyvel.Error as exc:
             raise self._error("cannot open", exc) from None
