@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: $(STAMP)  # 3 devnet nodes + a miner + tx load; prints the explorer URL; Ctrl-C stops all
-	$(BIN)/python scripts/devnet.py
+	$(BIN)/python scripts/devnet.py $(ARGS)  # e.g. make run ARGS="--miners 3 --tps 5"
 
 test: lint $(STAMP)  # lint, format check, types, then all tests (import contracts run inside pytest)
 	$(BIN)/pytest $(HYPOTHESIS_PROFILE)

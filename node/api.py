@@ -19,7 +19,7 @@ from aiohttp import WSCloseCode, web
 from pydantic import BaseModel, ValidationError
 
 from dagchain.blocks import decode_block
-from dagchain.chain import BlockStatus
+from dagchain.chain import BlockStatus, Chain
 from dagchain.crypto import decode_address, encode_address
 from dagchain.errors import (
     EncodingError,
@@ -45,6 +45,8 @@ EVENT_QUEUE = 1024
 """Events buffered per WebSocket client; a slower client is disconnected, never buffered more."""
 MILESTONES_MAX = 1000
 MEMPOOL_TXIDS_MAX = 1000
+DAG_LEVEL_SETS_MAX = 100
+DAG_PENDING_MAX = 1000
 
 
 class PeerView(Protocol):
@@ -311,6 +313,69 @@ async def milestones(request: web.Request) -> web.Response:
             )
         )
     return _json(out)
+
+
+def _dag_block(chain: Chain, bid: BlockId, height: int | None) -> M.DagBlock | None:
+    block = chain.get_block(bid)
+    meta = chain.get_meta(bid)
+    if block is None or meta is None:
+        return None
+    h = block.header
+    return M.DagBlock(
+        hash=bid.hex(),
+        milestone_link=h.milestone_link.hex(),
+        previous_link=h.previous_link.hex(),
+        tip_link=h.tip_link.hex(),
+        root=meta.root.hex(),
+        peer_height=meta.peer_height,
+        is_milestone=meta.is_milestone,
+        level_set_height=height,
+        timestamp_ms=h.timestamp_ms,
+        txs=len(block.txs),
+    )
+
+
+async def dag(request: web.Request) -> web.Response:
+    """The explorer's DAG view in one request: recent level sets, then the pending blocks."""
+    chain = request.app[CTX].service.chain
+    best = chain.best_height
+    limit = _int_query(request, "limit", 20, 1, DAG_LEVEL_SETS_MAX)
+    start = _int_query(request, "start", max(0, best - limit + 1), 0, 2**63)
+    out: list[M.DagBlock] = []
+    for height in range(start, min(best + 1, start + limit)):
+        ms = milestone_at(chain, height)
+        delta = chain.level_set(ms) if ms is not None else None
+        if delta is None:
+            break
+        out += [b for bid in delta.order if (b := _dag_block(chain, bid, height)) is not None]
+    if start + limit > best:
+        pending = chain.pending_blocks()[:DAG_PENDING_MAX]
+        out += [b for bid in pending if (b := _dag_block(chain, bid, None)) is not None]
+    return _json(M.DagResponse(best_height=best, blocks=out))
+
+
+async def lookup(request: web.Request) -> web.Response:
+    """Which of block, transaction or address the explorer's search string names."""
+    ctx = request.app[CTX]
+    chain = ctx.service.chain
+    query = request.match_info["query"].strip()
+    kind = "unknown"
+    raw: bytes | None = None
+    if len(query) == 64:
+        with contextlib.suppress(ValueError):
+            raw = bytes.fromhex(query)
+    if raw is not None:
+        if chain.get_meta(raw) is not None:
+            kind = "block"
+        elif chain.blocks_with_tx(TxId(raw)) or TxId(raw) in ctx.service.mempool:
+            kind = "transaction"
+        elif utxos_of(chain, Address(raw)):
+            kind = "address"
+    else:
+        with contextlib.suppress(ApiError):
+            _address(ctx, query)
+            kind = "address"
+    return _json(M.LookupResponse.model_validate({"query": query, "kind": kind}))
 
 
 async def level_set(request: web.Request) -> web.Response:
@@ -671,6 +736,22 @@ ROUTES: tuple[Route, ...] = (
         level_set,
         "Block hashes of a level set in total order",
         statuses=(200, 400, 404),
+    ),
+    Route(
+        "GET",
+        "/v1/dag",
+        dag,
+        "Explorer DAG view: level sets of milestones ?start=H, ?limit=N (default: the last 20), "
+        "then the pending blocks",
+        M.DagResponse,
+        statuses=(200, 400),
+    ),
+    Route(
+        "GET",
+        "/v1/lookup/{query}",
+        lookup,
+        "Explorer search: whether a string names a block, transaction or address (or unknown)",
+        M.LookupResponse,
     ),
     Route(
         "GET",

@@ -13,9 +13,12 @@ __all__ = [
     "AdminResponse",
     "BestMilestone",
     "BlockResponse",
+    "DagBlock",
+    "DagResponse",
     "ErrorBody",
     "ErrorResponse",
     "EventMessage",
+    "LookupResponse",
     "MempoolResponse",
     "MempoolSummary",
     "MilestoneItem",
@@ -100,6 +103,36 @@ class BlockResponse(_Model):
     peer_height: int
     confirmations: int
     size: int
+
+
+class DagBlock(_Model):
+    """One block of the explorer's DAG view: its links, peer chain and level set."""
+
+    hash: Hex32
+    milestone_link: Hex32
+    previous_link: Hex32
+    tip_link: Hex32
+    root: Hex32 = Field(description="Registration block of its peer chain (the DAG view's lane)")
+    peer_height: int
+    is_milestone: bool
+    level_set_height: int | None = Field(description="null while pending")
+    timestamp_ms: int
+    txs: int
+
+
+class DagResponse(_Model):
+    best_height: int
+    blocks: list[DagBlock] = Field(
+        description="The level sets of best-chain milestones start..start+limit-1 in total order, "
+        "then (if that range reaches the best milestone) the pending blocks"
+    )
+
+
+class LookupResponse(_Model):
+    """What a search string names; ``unknown`` is an answer, not an error (the explorer's box)."""
+
+    query: str
+    kind: Literal["block", "transaction", "address", "unknown"]
 
 
 class MilestoneItem(_Model):
