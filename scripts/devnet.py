@@ -52,7 +52,7 @@ BASE_PORT = DEVNET.p2p_port  # node i: p2p BASE_PORT + 10 i, API BASE_PORT + 10 
 STOP_GRACE_S = 10.0
 STARTUP_TIMEOUT_S = 30.0
 MARKER = ".dagchain-devnet"  # a datadir holding this file was made here and may be wiped
-MINER_SECRET = (2).to_bytes(32, "big")  # payout key of the devnet miner (public, devnet only)
+MINER_SECRET_BASE = 2  # miner i is paid to the key of secret 2 + i (public, devnet only)
 RECIPIENTS = [address_from_pubkey(xonly_pubkey((100 + i).to_bytes(32, "big"))) for i in range(8)]
 TPS_WINDOW_S = 10.0
 HASHRATE_RE = re.compile(r"hashrate_hs=(\d+)")
@@ -330,7 +330,7 @@ class Devnet:
         self.root: Path = args.datadir.resolve()
         self.stop = threading.Event()
         self.nodes: list[NodeInfo] = []
-        self.miner: Child | None = None
+        self.miners: list[tuple[int, Child]] = []  # (node index, miner)
         self.wallet_load: Child | None = None
         self.faucet_load: FaucetLoad | None = None
         self.samples: list[Sample] = []
@@ -340,7 +340,8 @@ class Devnet:
     @property
     def children(self) -> list[Child]:
         """Every child, in stop order: load, miner, then the nodes."""
-        out = [c for c in (self.wallet_load, self.miner) if c is not None]
+        out = [self.wallet_load] if self.wallet_load is not None else []
+        out += [m for _, m in self.miners]
         return out + [n.child for n in self.nodes]
 
     def prepare_datadir(self) -> None:
@@ -377,7 +378,7 @@ class Devnet:
             log(f"started node{i} pid {node.child.pid} api {node.url} p2p 127.0.0.1:{p2p}")
         for node in self.nodes:
             self.wait_up(node)
-        self.start_miner()
+        self.start_miners()
         self.start_load()
 
     def wait_up(self, node: NodeInfo) -> None:
@@ -392,17 +393,26 @@ class Devnet:
         if not self.stop.is_set():
             raise ChildFailed(node.child, f"did not answer within {STARTUP_TIMEOUT_S:.0f} s")
 
-    def start_miner(self) -> None:
-        node = self.nodes[0]
-        payout = encode_address(DEVNET.hrp, address_from_pubkey(xonly_pubkey(MINER_SECRET)))
-        cmd = [
-            sys.executable, "-m", "miner.cli", "--node", node.url, "--address", payout,
-            "--token-file", str(node.datadir / "api.token"), "--datadir", str(self.root / "miner"),
-            "--rate", str(self.args.block_rate), "--status-interval", "2",
-        ]  # fmt: skip
-        self.miner = Child("miner", cmd, self.root / "miner.log")
-        self.miner.start()
-        log(f"started miner pid {self.miner.pid} on node0, {self.args.block_rate} blocks/s at most")
+    def start_miners(self) -> None:
+        """``--miners`` miners (default 1), miner i on node i mod 3, each its own peer chain."""
+        for i in range(self.args.miners):
+            node = self.nodes[i % len(self.nodes)]
+            name = "miner" if self.args.miners == 1 else f"miner{i}"
+            secret = (MINER_SECRET_BASE + i).to_bytes(32, "big")
+            payout = encode_address(DEVNET.hrp, address_from_pubkey(xonly_pubkey(secret)))
+            cmd = [
+                sys.executable, "-m", "miner.cli", "--node", node.url, "--address", payout,
+                "--token-file", str(node.datadir / "api.token"),
+                "--datadir", str(self.root / name), "--rate", str(self.args.block_rate),
+                "--status-interval", "2",
+            ]  # fmt: skip
+            miner = Child(name, cmd, self.root / f"{name}.log")
+            self.miners.append((node.index, miner))
+            miner.start()
+            log(
+                f"started {name} pid {miner.pid} on node{node.index}, "
+                f"{self.args.block_rate} blocks/s at most"
+            )
 
     def start_load(self) -> None:
         if self.args.tps <= 0:
@@ -479,8 +489,13 @@ class Devnet:
                 first_t, first_n = sample.confirmed[0]
                 if now - first_t >= 1.0:
                     sample.tps = (confirmed - first_n) / (now - first_t)
-        if self.miner is not None:
-            self.samples[0].hashrate = _last_hashrate(self.miner.log_path)
+        rates: dict[int, float] = {}
+        for index, miner in self.miners:
+            rate = _last_hashrate(miner.log_path)
+            if rate is not None:
+                rates[index] = rates.get(index, 0.0) + rate
+        for index, sample in enumerate(self.samples):
+            sample.hashrate = rates.get(index)
 
     def rows(self) -> list[list[str]]:
         def fmt(v: float | None, spec: str = "d") -> str:
@@ -548,7 +563,7 @@ class Devnet:
             for row in self.rows():
                 table.add_row(*row)
             footer = Text(
-                "height: best milestone; tps: confirmed tx/s over 10 s; hash rate: the miner's\n"
+                "height: best milestone; tps: confirmed tx/s over 10 s; hash rate: of its miners\n"
                 f"{self.load_text()}\nexplorer: {self.nodes[0].url}/   "
                 f"logs: {self.root}   Ctrl-C stops everything",
                 style="dim",
@@ -597,6 +612,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--tps", type=float, default=2.0, help="offered transactions per second (0: off)"
     )
     p.add_argument("--load", choices=["auto", "wallet", "builtin"], default="auto")
+    p.add_argument("--miners", type=int, default=1, help="miners (peer chains), on node i mod 3")
     p.add_argument("--block-rate", type=float, default=4.0, help="miner --rate (blocks per second)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between plain lines")
     p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
