@@ -63,7 +63,7 @@ def test_abort_stops_a_search_within_a_few_units() -> None:
         stopped_after = time.perf_counter() - t0
     assert result.nonce is None
     assert result.aborted
-    assert stopped_after < 0.2 + 0.1
+    assert stopped_after < 0.2 + 0.25  # ~3 ms units; generous for a loaded CI machine
 
 
 def test_deadline_counts_all_hashes() -> None:
