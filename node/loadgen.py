@@ -137,6 +137,8 @@ class SentTx:
     kind: str  # "fund" or "load"
     sent_at: float
     accepted: bool = False
+    status: int = 0
+    """HTTP status of the POST (0: no answer)."""
     output: Coin | None = None
 
 
@@ -353,7 +355,7 @@ class _Run:
         change: int,
         fee: int,
         kind: str,
-    ) -> SentTx | None:
+    ) -> SentTx:
         """Sign and POST one tx; record it whatever the answer (it may be accepted anyway)."""
         secret = self.secret_of(coins[0].owner)
         tx = build_payment(self.params, secret, [c.utxo for c in coins], payments, change)
@@ -365,12 +367,13 @@ class _Run:
             answer = await self.client.submit(tx.raw)
         except WalletError:
             self.errors += 1
-            return None
+            return sent
+        sent.status = answer.status
         if answer.status == 202:
             sent.accepted = True
             return sent
         self.rejected[f"{answer.status}:{answer.error_code}"] += 1
-        return None
+        return sent
 
     # -------------------------------------------------------------- funding
 
@@ -403,7 +406,7 @@ class _Run:
             sent = await self.submit(
                 [Coin(u, -1) for u in chosen], [(a0, v) for v in values], change, fund_fee, "fund"
             )
-            if sent is None:
+            if not sent.accepted:
                 raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
             stage_a_txs.append(sent)
             intermediates += [Coin(Utxo(sent.txid, j, v), 0) for j, v in enumerate(values)]
@@ -416,7 +419,7 @@ class _Run:
             sent = await self.submit(
                 [inter], [(self.addresses[o], amount) for o in owners], 0, fund_fee, "fund"
             )
-            if sent is None:
+            if not sent.accepted:
                 raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
             stage_b_txs.append(sent)
             self.pool.extend(Coin(Utxo(sent.txid, j, amount), o) for j, o in enumerate(owners))
@@ -444,11 +447,14 @@ class _Run:
         to = (coin.owner + 1) % len(self.secrets)
         value = coin.utxo.amount - self.config.fee
         sent = await self.submit([coin], [(self.addresses[to], value)], 0, self.config.fee, "load")
-        if sent is not None:
-            sent.output = Coin(Utxo(sent.txid, 0, value), to)
-            tracker = self.tracker
-            if tracker is not None and tracker.is_confirmed(sent.txid):
-                self.pool.append(sent.output)  # confirmed before the answer arrived
+        if not sent.accepted:
+            if sent.status == 503:  # mempool full: the coin is unspent, use it again later
+                self.pool.append(coin)
+            return
+        sent.output = Coin(Utxo(sent.txid, 0, value), to)
+        tracker = self.tracker
+        if tracker is not None and tracker.is_confirmed(sent.txid):
+            self.pool.append(sent.output)  # confirmed before the answer arrived
 
     async def send_phase(self) -> tuple[int, int, float]:
         """Send at the configured rate; returns (attempts, starved slots, window seconds)."""
