@@ -186,6 +186,16 @@ class Chain:
         """The final milestone Φ (F6)."""
         return self.state.final
 
+    @property
+    def signature_cache(self) -> SignatureCache:
+        """The §7.5 signature cache this Chain reads (the one passed in, or its own).
+
+        The attribute cannot be replaced. A caller may ``add`` a txid only after that
+        transaction passed T1-T5 and T6 (e.g. checked ahead of time in a worker process during
+        sync); ``on_block`` and ``check_transaction`` then skip those checks for it.
+        """
+        return self._sig_ok
+
     def best_chain(self) -> list[BlockId]:
         """Best-chain milestone ids by height, genesis first."""
         return list(self.state.best)

@@ -66,6 +66,8 @@ class Peer:
         self.getdata_backlog: list[tuple[int, bytes]] = []
         self.pending_items: set[bytes] = set()
         """Items of our getdata requests to this peer not yet answered."""
+        self.getdata_sets: list[set[bytes]] = []
+        """Items of each of our outstanding getdata (one counts until all its items answered)."""
         self.got_addr = False
         self.timeouts = 0
         self.ping_nonce: int | None = None

@@ -7,11 +7,14 @@ owner of the chain. Every handler runs on the event loop's thread, so the chain 
 
 import asyncio
 import contextlib
+import functools
 import logging
+import multiprocessing
 import os
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import aiohttp
@@ -22,18 +25,21 @@ from dagchain.chain import BlockStatus
 from dagchain.crypto import hash32
 from dagchain.errors import InvalidBlock, InvalidTransaction, NotYetValid
 from dagchain.mempool import MempoolError
+from dagchain.types import TxId
 from node import gossip, wire
 from node.addrbook import FILE_NAME, AddrBook
 from node.peer import Direction, Peer, WebSocket
 from node.service import NodeEvent, NodeService
 from node.sync import (
     MAX_GETDATA_ITEMS,
+    LevelSetJob,
     SyncError,
     SyncPlan,
     VerifiedHeader,
     is_tip_fresh,
     verify_milestone_headers,
 )
+from node.verify import verify_blocks
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,8 @@ MS_LINK_OFFSET = 2
 ORPHAN_SWEEP_S = 1.0
 ORPHAN_SYNC_TRIGGER = 64
 """P13: more missing ancestors than this triggers milestone sync."""
+SYNC_VERIFY_WORKERS = 2
+"""Worker processes that check the signatures of downloaded level sets (0: none, issue 4)."""
 DEFAULT_LIMITS: dict[str, tuple[int, int, int]] = {
     # network: (max_outbound, max_inbound, ban_duration_s)  (§10)
     "mainnet": (8, 32, 86_400),
@@ -117,6 +125,10 @@ class PeerManager:
         self._headers_exhausted = False
         self._sync_last: VerifiedHeader | None = None
         self._applying_sync = False
+        self.verify_workers = SYNC_VERIFY_WORKERS
+        self._verify_pool: ProcessPoolExecutor | None = None
+        self._verify_broken = False
+        self._verifying: dict[bytes, asyncio.Future[list[bytes]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._main: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
@@ -151,6 +163,10 @@ class PeerManager:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
+        self._drop_verifications()
+        if self._verify_pool is not None:
+            pool, self._verify_pool = self._verify_pool, None
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
         self.addrbook.save()
 
     # ------------------------------------------------------------------ queries
@@ -485,8 +501,10 @@ class PeerManager:
         while peer.getdata_backlog and peer.getdata_out < gossip.MAX_OUTSTANDING_GETDATA:
             batch = peer.getdata_backlog[:MAX_GETDATA_ITEMS]
             del peer.getdata_backlog[:MAX_GETDATA_ITEMS]
-            peer.getdata_out += 1
-            peer.pending_items.update(item for _, item in batch)
+            ids = {item for _, item in batch}
+            peer.getdata_sets.append(ids)
+            peer.getdata_out = len(peer.getdata_sets)
+            peer.pending_items.update(ids)
             peer.requests["getdata"] = self._deadline()
             peer.send(wire.GetData(tuple(batch)))
 
@@ -542,11 +560,15 @@ class PeerManager:
             self._penalise(peer, gossip.SCORE_UNSOLICITED, "unsolicited notfound")
 
     def _getdata_answered(self, peer: Peer) -> None:
-        if not peer.pending_items:
-            peer.getdata_out = 0
+        """An item we asked for arrived: a getdata counts as outstanding until every one of its
+        items is answered (the serving side counts it until it has written them all), so we
+        never have a third one in flight."""
+        pending = peer.pending_items
+        peer.getdata_sets = [ids for ids in peer.getdata_sets if not ids.isdisjoint(pending)]
+        peer.getdata_out = len(peer.getdata_sets)
+        if not pending:
             peer.requests.pop("getdata", None)
         else:
-            peer.getdata_out = min(peer.getdata_out, 1)
             peer.requests["getdata"] = self._deadline()
         self._flush_getdata(peer)
 
@@ -660,6 +682,7 @@ class PeerManager:
     def _reset_sync(self) -> None:
         self._sync_peer = None
         self._plan.reset()
+        self._drop_verifications()
         self._headers_exhausted = False
         self._sync_last = None
 
@@ -730,6 +753,7 @@ class PeerManager:
         """Apply complete level sets in order, fetch listed blocks, open new level sets."""
         chain = self.service.chain
         best_before = chain.best_id
+        self._start_verifications(peer)
         self._apply_ready(peer)
         if chain.best_id != best_before:
             self._announce_best(exclude=peer)
@@ -753,8 +777,17 @@ class PeerManager:
             self._send_getmilestones(peer)
 
     def _apply_ready(self, peer: Peer) -> None:
-        """P9: submit complete level sets in height order (not relayed)."""
-        for job, raws in self._plan.pop_ready(self.service.has_block):
+        """P9: submit complete level sets in height order (not relayed).
+
+        A level set whose signatures a worker is checking waits for the answer; the txids that
+        passed go into the chain's signature cache first, so ``on_block`` skips T1-T6 for them.
+        """
+        cache = self.service.chain.signature_cache
+        for job, raws in self._plan.pop_ready(self.service.has_block, self._verified):
+            fut = self._verifying.pop(job.milestone.block_id, None)
+            if fut is not None and not fut.cancelled() and fut.exception() is None:
+                for txid in fut.result():
+                    cache.add(TxId(txid))
             self._applying_sync = True
             try:
                 for raw in raws:
@@ -771,6 +804,52 @@ class PeerManager:
             if not self.service.has_block(job.milestone.block_id):
                 self._sync_failed(peer, "level set left its milestone an orphan", 50)
                 return
+
+    # ------------------------------------------------------------------ sync signature workers
+    def _verified(self, job: LevelSetJob) -> bool:
+        """``pop_ready``'s gate: no worker is still checking this level set."""
+        fut = self._verifying.get(job.milestone.block_id)
+        return fut is None or fut.done()
+
+    def _start_verifications(self, peer: Peer) -> None:
+        """Send each newly complete level set to the worker pool (one task per level set).
+
+        Correctness never depends on the pool: a tx a worker did not pass (or a pool that
+        failed) is simply not cached, and ``on_block`` checks it itself.
+        """
+        if self.verify_workers <= 0 or self._verify_broken or self._stopping:
+            return
+        loop = asyncio.get_running_loop()
+        for job, raws in self._plan.complete_jobs(self.service.has_block):
+            ms = job.milestone.block_id
+            if ms in self._verifying or not raws:
+                continue
+            try:
+                if self._verify_pool is None:
+                    self._verify_pool = ProcessPoolExecutor(
+                        self.verify_workers, mp_context=multiprocessing.get_context("spawn")
+                    )
+                fut = loop.run_in_executor(self._verify_pool, verify_blocks, raws, self.params)
+            except Exception as exc:  # a broken or shut-down pool: verify in on_block instead
+                log.warning("sync signature workers unavailable: %s", exc)
+                self._verify_broken = True
+                return
+            self._verifying[ms] = fut
+            fut.add_done_callback(functools.partial(self._on_verified, peer, ms))
+
+    def _on_verified(self, peer: Peer, ms: bytes, fut: asyncio.Future[list[bytes]]) -> None:
+        if fut.cancelled() or self._verifying.get(ms) is not fut:
+            return  # sync was reset meanwhile
+        exc = fut.exception()
+        if exc is not None:
+            log.warning("sync signature worker failed: %r", exc)
+        if self._sync_peer == peer.key and not self._stopping:
+            self._pump_sync(peer)
+
+    def _drop_verifications(self) -> None:
+        for fut in self._verifying.values():
+            fut.cancel()
+        self._verifying.clear()
 
     def _announce_best(self, exclude: Peer) -> None:
         """After a sync step moved the best milestone, announce it (inv only) so that peers
@@ -917,6 +996,7 @@ class PeerManager:
         log.info("peer %s: %s request timed out (%d)", peer.key, kind, peer.timeouts)
         if kind == "getdata":
             peer.pending_items.clear()
+            peer.getdata_sets.clear()
             peer.getdata_out = 0
             self._flush_getdata(peer)
         if self._sync_peer == peer.key:

@@ -244,22 +244,51 @@ class SyncPlan:
         """The peer lacks a block it listed: True if the plan asked for it (+50, switch peer)."""
         return block_id in self._requested_blocks
 
-    def pop_ready(
+    def complete_jobs(
         self, has_block: Callable[[bytes], bool]
     ) -> list[tuple[LevelSetJob, list[bytes]]]:
-        """Complete level sets at the front, in height order: (job, raws to submit in order)."""
+        """Every listed level set whose blocks are all here (any position): (job, raws).
+
+        The shell hands these to signature workers ahead of their turn to be applied.
+        """
+        out: list[tuple[LevelSetJob, list[bytes]]] = []
+        for job in self._jobs.values():
+            if not job.listed:
+                continue
+            raws = self._raws(job, has_block)
+            if raws is not None:
+                out.append((job, raws))
+        return out
+
+    @staticmethod
+    def _raws(job: LevelSetJob, has_block: Callable[[bytes], bool]) -> list[bytes] | None:
+        raws = []
+        for block_id in job.ids:
+            raw = job.blocks.get(block_id)
+            if raw is not None:
+                raws.append(raw)
+            elif not has_block(block_id):
+                return None
+        return raws
+
+    def pop_ready(
+        self,
+        has_block: Callable[[bytes], bool],
+        may_apply: Callable[[LevelSetJob], bool] | None = None,
+    ) -> list[tuple[LevelSetJob, list[bytes]]]:
+        """Complete level sets at the front, in height order: (job, raws to submit in order).
+
+        ``may_apply`` holds back the front job (and so every later one) while it answers False,
+        e.g. while the job's signatures are still being checked by a worker.
+        """
         out: list[tuple[LevelSetJob, list[bytes]]] = []
         while self._jobs:
             job = next(iter(self._jobs.values()))
             if not job.listed:
                 break
-            raws = []
-            for block_id in job.ids:
-                raw = job.blocks.get(block_id)
-                if raw is not None:
-                    raws.append(raw)
-                elif not has_block(block_id):
-                    return out
+            raws = self._raws(job, has_block)
+            if raws is None or (may_apply is not None and not may_apply(job)):
+                break
             self._jobs.popitem(last=False)
             out.append((job, raws))
         return out

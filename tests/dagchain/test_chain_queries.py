@@ -113,3 +113,30 @@ def test_shared_caches_do_not_change_verdicts() -> None:
         assert chain.best_id == source.chain.best_id
         assert chain.utxos() == source.chain.utxos()
         assert chain.roots() == source.chain.roots()
+
+
+def test_signature_cache_property_feeds_on_block() -> None:
+    """``Chain.signature_cache`` is the cache ``on_block`` reads: a txid added to it ahead of
+    time (sync's signature workers) is not verified again; the property cannot be replaced."""
+    from dagchain.caches import SignatureCache
+    from dagchain.chain import Chain
+    from dagchain.storage.memory import MemoryStore
+
+    source = Node(DEVNET)
+    _, addr = key(1)
+    reg = source.register(addr)
+    blocks = [reg, source.mine(reg.id, ms=True)]
+    own = Chain(DEVNET, MemoryStore())
+    assert isinstance(own.signature_cache, SignatureCache)
+    given = SignatureCache()
+    chain = Chain(DEVNET, MemoryStore(), signature_cache=given)
+    assert chain.signature_cache is given
+    with pytest.raises(AttributeError):
+        chain.signature_cache = SignatureCache()  # type: ignore[misc]
+    for block in blocks:
+        for tx in block.txs:
+            chain.signature_cache.add(tx.txid)
+        chain.on_block(block.raw, source.now_ms)
+    assert chain.signature_checks == 0
+    assert chain.best_id == source.chain.best_id
+    assert chain.utxos() == source.chain.utxos()

@@ -91,6 +91,39 @@ def test_level_sets_are_downloaded_eight_at_a_time_and_applied_in_height_order()
     assert len(plan.start_jobs()) == 2
 
 
+def test_complete_level_sets_go_to_workers_early_and_a_gate_holds_back_the_front() -> None:
+    """complete_jobs lists every complete level set (any position) for the signature workers;
+    pop_ready's may_apply gate holds the front job, and so every later one, until it says yes."""
+    node, blocks = milestone_chain(3)
+    fresh = Node(DEVNET)
+    headers = verify(fresh.chain, [b.header_bytes for b in blocks], node.now_ms)
+    plan = SyncPlan()
+    plan.add_headers(headers)
+    requests = plan.start_jobs()
+    for ms, _ in requests:
+        delta = node.chain.level_set(ms)
+        assert delta is not None
+        plan.on_levelset(ms, 0, len(delta.order), delta.order)
+    raw_of: dict[bytes, bytes] = {b.id: b.raw for b in blocks}
+    wanted = plan.wanted_blocks(fresh.chain.has_block, 500)
+    assert plan.complete_jobs(fresh.chain.has_block) == []
+    for block_id in wanted[1:]:
+        plan.on_block(block_id, raw_of[block_id])
+    complete = plan.complete_jobs(fresh.chain.has_block)
+    assert [job.milestone.block_id for job, _ in complete] == [b.id for b in blocks[1:]]
+    assert [raws for _, raws in complete] == [[b.raw] for b in blocks[1:]]
+    plan.on_block(wanted[0], raw_of[wanted[0]])
+    checked: set[bytes] = {blocks[1].id, blocks[2].id}
+    assert plan.pop_ready(fresh.chain.has_block, lambda j: j.milestone.block_id in checked) == []
+    checked.add(blocks[0].id)
+    checked.discard(blocks[2].id)
+    ready = plan.pop_ready(fresh.chain.has_block, lambda j: j.milestone.block_id in checked)
+    assert [job.milestone.block_id for job, _ in ready] == [b.id for b in blocks[:2]]
+    ready = plan.pop_ready(fresh.chain.has_block)
+    assert [job.milestone.block_id for job, _ in ready] == [blocks[2].id]
+    assert plan.idle
+
+
 def test_an_unsolicited_levelset_costs_10() -> None:
     plan = SyncPlan()
     with pytest.raises(SyncError) as info:
