@@ -7,11 +7,14 @@ owner of the chain. Every handler runs on the event loop's thread, so the chain 
 
 import asyncio
 import contextlib
+import ctypes
 import functools
 import logging
 import multiprocessing
 import os
 import random
+import signal
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -827,7 +830,10 @@ class PeerManager:
             try:
                 if self._verify_pool is None:
                     self._verify_pool = ProcessPoolExecutor(
-                        self.verify_workers, mp_context=multiprocessing.get_context("spawn")
+                        self.verify_workers,
+                        mp_context=multiprocessing.get_context("spawn"),
+                        initializer=_verify_worker_init,
+                        initargs=(os.getpid(),),
                     )
                 fut = loop.run_in_executor(self._verify_pool, verify_blocks, raws, self.params)
             except Exception as exc:  # a broken or shut-down pool: verify in on_block instead
@@ -1016,6 +1022,15 @@ class PeerManager:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _verify_worker_init(parent_pid: int) -> None:
+    """In a signature worker: die with the node, even when it is killed with SIGKILL."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the node died before prctl
+        os._exit(0)
 
 
 def _done_serving(peer: Peer) -> None:
