@@ -175,12 +175,66 @@ def decode_transaction(data: bytes, params: ConsensusParams) -> Transaction:
 
 def sighash_prefix(tx: Transaction, params: ConsensusParams) -> "hashlib.blake2b":
     """Hash state over everything but the input index (E7); ``copy()`` it per input."""
-    stripped = [[i.txid, i.out_index, i.pubkey, b""] for i in tx.inputs]
-    body = pack([tx.version, tx.kind, stripped, [[o.amount, o.address] for o in tx.outputs]])
-    net = params.network_id.encode("ascii")
-    h = hashlib.blake2b(digest_size=32)
-    h.update(_SIGHASH_TAG + bytes([len(net)]) + net + body)
+    tag = _SIGHASH_PREFIXES.get(params.network_id)
+    if tag is None:
+        net = params.network_id.encode("ascii")
+        tag = _SIGHASH_PREFIXES[params.network_id] = _SIGHASH_TAG + bytes([len(net)]) + net
+    h = hashlib.blake2b(tag, digest_size=32)
+    h.update(stripped_encoding(tx))
     return h
+
+
+_SIGHASH_PREFIXES: dict[str, bytes] = {}
+
+
+def stripped_encoding(tx: Transaction) -> bytes:
+    """packb(tx') of E7: the tx with every signature replaced by an empty bin (``c4 00``).
+
+    Fast path: ``tx.raw`` is canonical (E3), so each signature is the bin8 ``c4 40`` + 64 bytes
+    at a position fixed by the canonical lengths of the fields before it; splice ``c4 00`` in
+    there. Anything unusual (a signature not 64 bytes, a raw that does not line up) takes the
+    plain path of re-encoding the stripped object.
+    """
+    raw = tx.raw
+    inputs = tx.inputs
+    pos = 1 + _uint_size(tx.version) + _uint_size(tx.kind) + _array_header_size(len(inputs))
+    parts = []
+    start = 0
+    for inp in inputs:
+        sig_at = pos + 35 + _uint_size(inp.out_index) + 34  # 94, c4 20 txid, index, c4 20 key
+        if (
+            len(inp.signature) != 64
+            or len(inp.txid) != 32
+            or len(inp.pubkey) != 32
+            or raw[sig_at : sig_at + 2] != b"\xc4\x40"
+        ):
+            return _stripped_by_packing(tx)
+        parts.append(raw[start:sig_at])
+        parts.append(b"\xc4\x00")
+        start = pos = sig_at + 66
+    parts.append(raw[start:])
+    return b"".join(parts)
+
+
+def _stripped_by_packing(tx: Transaction) -> bytes:
+    stripped = [[i.txid, i.out_index, i.pubkey, b""] for i in tx.inputs]
+    return pack([tx.version, tx.kind, stripped, [[o.amount, o.address] for o in tx.outputs]])
+
+
+def _uint_size(value: int) -> int:
+    """Bytes of the canonical msgpack encoding of a non-negative int."""
+    if value < 0x80:
+        return 1
+    if value <= 0xFF:
+        return 2
+    if value <= 0xFFFF:
+        return 3
+    return 5 if value <= 0xFFFFFFFF else 9
+
+
+def _array_header_size(length: int) -> int:
+    """Bytes of a canonical msgpack array header."""
+    return 1 if length < 16 else 3 if length <= 0xFFFF else 5
 
 
 def compute_sighash(tx: Transaction, index: int, params: ConsensusParams) -> bytes:
