@@ -1,3 +1,3 @@
-"""The miner: block templates and the nonce search (arrives with a later issue)."""
+"""The miner: block templates, the nonce search and ``dagchain-miner``."""
 
 __all__: list[str] = []

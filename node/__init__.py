@@ -1,3 +1,3 @@
-"""The node daemon: peer-to-peer, HTTP API, wallet (arrives with a later issue)."""
+"""The node daemon: peer-to-peer, HTTP API, explorer and wallet (``dagchain-node``)."""
 
 __all__: list[str] = []
