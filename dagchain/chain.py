@@ -77,6 +77,9 @@ class BlockOutcome:
     """For an orphan: the links to fetch."""
     reorgs: tuple[Reorg, ...] = ()
     rejected_orphans: tuple[tuple[BlockId, InvalidBlock], ...] = field(default=())
+    evicted_orphans: tuple[str, ...] = ()
+    """For an orphan: the suppliers (peer ids) of the orphans evicted to hold it, one entry per
+    evicted orphan (P13: at a limit the sender's own oldest orphans go first)."""
 
 
 class Chain:
@@ -461,8 +464,13 @@ class Chain:
     def _hold_orphan(
         self, block: Block, raw: bytes, missing: tuple[BlockId, ...], peer: str, now_ms: int
     ) -> BlockOutcome:
-        self.orphans.add(raw, block.id, missing, peer, now_ms)
-        return BlockOutcome(BlockStatus.ORPHAN, block.id, missing=missing)
+        evicted = self.orphans.add(raw, block.id, missing, peer, now_ms)
+        return BlockOutcome(
+            BlockStatus.ORPHAN,
+            block.id,
+            missing=missing,
+            evicted_orphans=tuple(o.peer for o in evicted),
+        )
 
     def _accept(self, block: Block, ms_snap: Snapshot, is_milestone: bool) -> BlockOutcome:
         """(12) A1: compute m(B), root, W, S and a milestone's snapshot; store; fork choice."""

@@ -425,6 +425,15 @@ class ChainState:
         )
         wb.put(S.address_key(utxo.address, txid, index), S.EMPTY_ROW)
 
+    @property
+    def block_count(self) -> int:
+        """Accepted blocks, genesis included, in O(1).
+
+        Meta rows are never deleted and each accepted block took the next sequence number;
+        ``len(meta)`` scans the store once the memory window has moved (issue 4).
+        """
+        return self.next_seq
+
     # --- genesis and loading ---
     def write_genesis(
         self, genesis: Block, snapshot: Snapshot, faucet: list[tuple[int, Address, int]]

@@ -231,7 +231,7 @@ async def status(request: web.Request) -> web.Response:
                 chainwork=str(snap.chainwork),
                 timestamp_ms=block.header.timestamp_ms if block is not None else 0,
             ),
-            blocks=len(chain.state.meta),
+            blocks=chain.state.block_count,
             pending_blocks=len(chain.state.pending),
             mempool=M.MempoolSummary(
                 size=len(ctx.service.mempool), bytes=ctx.service.mempool.total_bytes

@@ -154,7 +154,7 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
             params.network_id,
             chain.best_height,
             chain.best_id.hex()[:16],
-            len(chain.state.meta),
+            chain.state.block_count,
             time.monotonic() - started,
         )
         service = NodeService(params, chain, Mempool(params), wall_clock_ms)

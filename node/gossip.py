@@ -6,11 +6,15 @@ nothing here touches a socket, so the simulator drives the very same policy.
 """
 
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from dagchain.blocks import HEADER_SIZE, compute_block_id
+from dagchain.crypto import hash32
 from dagchain.errors import InvalidBlock, MalformedBlock, NotYetValid, RejectedBlock
+from node import wire
 
 KNOWN_INVENTORY_SIZE = 50_000
 """P11: known-inventory set per peer (LRU)."""
@@ -44,6 +48,9 @@ SCORE_BIG_ADDR = 20
 SCORE_UNSOLICITED = 10
 SCORE_BAD_MILESTONES = 100
 SCORE_BAD_LEVEL_SET = 50
+MISSING_INPUT_MAX = 100
+MISSING_INPUT_WINDOW_MS = 60_000
+"""§7.5/§11.7: at most 100 missing-input txs per peer per minute are examined."""
 
 
 def score_block_error(exc: InvalidBlock | NotYetValid) -> int:
@@ -277,6 +284,74 @@ class TokenBucket:
         return True
 
 
+def block_frame_id(raw: bytes) -> bytes | None:
+    """The id of a ``block`` message's bytes: H(header) from the canonical prefix, or None."""
+    if len(raw) < 3 + HEADER_SIZE or raw[:3] != b"\x92\xc4\x96":
+        return None
+    return bytes(compute_block_id(raw[3 : 3 + HEADER_SIZE]))
+
+
+def is_solicited_reply(
+    msg: object, pending_items: AbstractSet[bytes], requests: Mapping[str, object]
+) -> bool:
+    """True if ``msg`` answers one of our outstanding requests to its sender.
+
+    ``tx``/``block``/``notfound`` answer our ``getdata`` when they carry an item we asked for
+    (``pending_items``); ``milestones``, ``levelset`` and ``pending`` answer our request of that
+    kind (``requests``). Such replies are not charged to the inbound token bucket: the bucket is
+    there against floods, and a peer answering what we asked is not flooding (docs/p2p.md).
+    """
+    if isinstance(msg, wire.TxMsg):
+        return bool(pending_items) and hash32(msg.data) in pending_items
+    if isinstance(msg, wire.BlockMsg):
+        return bool(pending_items) and block_frame_id(msg.data) in pending_items
+    if isinstance(msg, wire.NotFound):
+        return any(
+            item in pending_items or (kind == wire.InvKind.LEVEL_SET and "levelset" in requests)
+            for kind, item in msg.items
+        )
+    if isinstance(msg, wire.Milestones):
+        return "milestones" in requests
+    if isinstance(msg, wire.LevelSet):
+        return "levelset" in requests
+    if isinstance(msg, wire.Pending):
+        return "pending" in requests
+    return False
+
+
+def charge_inbound(bucket: TokenBucket, solicited: bool, now_ms: int) -> int:
+    """§11.7 for one inbound message after the handshake: the score (0, or +1 beyond the
+    bucket). Solicited replies are free and take no token."""
+    if solicited or bucket.take(now_ms):
+        return 0
+    return SCORE_RATE
+
+
+class MissingInputLimiter:
+    """§7.5/§11.7: one peer's txs that turned out to have a missing input, over the last minute.
+
+    Once 100 were examined within 60 s, the peer's further txs with an input we do not have
+    are dropped unexamined (+1 each) until the oldest of those 100 leaves the window.
+    """
+
+    def __init__(
+        self, limit: int = MISSING_INPUT_MAX, window_ms: int = MISSING_INPUT_WINDOW_MS
+    ) -> None:
+        self.limit = limit
+        self.window_ms = window_ms
+        self._times: deque[int] = deque()
+
+    def exhausted(self, now_ms: int) -> bool:
+        """True if ``limit`` missing-input txs were examined in the last ``window_ms``."""
+        while self._times and now_ms - self._times[0] >= self.window_ms:
+            self._times.popleft()
+        return len(self._times) >= self.limit
+
+    def record(self, now_ms: int) -> None:
+        """An examined tx had a missing input."""
+        self._times.append(now_ms)
+
+
 class BanList:
     """Banned keys (an IP, or a node id on loopback) with their expiry."""
 
@@ -345,10 +420,14 @@ __all__ = [
     "BlockFetcher",
     "KnownInventory",
     "Misbehaviour",
+    "MissingInputLimiter",
     "RelayPlan",
     "TokenBucket",
     "TxAnnouncer",
     "ban_key",
+    "block_frame_id",
+    "charge_inbound",
+    "is_solicited_reply",
     "plan_block_relay",
     "plan_tx_announcements",
     "score_block_error",

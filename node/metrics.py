@@ -68,7 +68,7 @@ class NodeMetrics:
         gauges: list[tuple[str, str, Callable[[], float]]] = [
             ("dagchain_best_height", "Best milestone height", lambda: chain.best_height),
             ("dagchain_pending_blocks", "Pending blocks", lambda: len(chain.state.pending)),
-            ("dagchain_stored_blocks", "Accepted blocks", lambda: len(chain.state.meta)),
+            ("dagchain_stored_blocks", "Accepted blocks", lambda: chain.state.block_count),
             ("dagchain_mempool_txs", "Mempool transactions", lambda: len(pool)),
             ("dagchain_mempool_bytes", "Mempool bytes", lambda: pool.total_bytes),
             ("dagchain_orphans", "Blocks in the orphan pool", lambda: len(chain.orphans)),

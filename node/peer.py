@@ -14,7 +14,7 @@ from typing import Any, Literal
 from aiohttp import ClientWebSocketResponse, web
 
 from node import wire
-from node.gossip import AddrLimiter, KnownInventory, Misbehaviour, TokenBucket
+from node.gossip import AddrLimiter, KnownInventory, Misbehaviour, MissingInputLimiter, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class Peer:
         self.score = Misbehaviour()
         self.bucket = TokenBucket()
         self.addr_limiter = AddrLimiter()
+        self.missing_inputs = MissingInputLimiter()
         self.connected_at = time.monotonic()
         self.best_height = 0
         self.chainwork = 0

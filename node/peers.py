@@ -23,7 +23,6 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from dagchain.blocks import HEADER_SIZE, compute_block_id
 from dagchain.chain import BlockStatus
 from dagchain.crypto import hash32
 from dagchain.errors import InvalidBlock, InvalidTransaction, NotYetValid
@@ -335,11 +334,25 @@ class PeerManager:
 
     def _on_frame(self, peer: Peer, data: bytes | str) -> None:
         now = self._now_ms()
-        if peer.handshake.ready and not peer.bucket.take(now):
-            self._penalise(peer, gossip.SCORE_RATE, "message beyond the token bucket")
-            return
+        ready = peer.handshake.ready
         try:
             msg = wire.decode_frame(data, self.max_frame)
+        except wire.RemoteProtocolError as exc:
+            if ready and not peer.bucket.take(now):
+                self._penalise(peer, gossip.SCORE_RATE, "message beyond the token bucket")
+                return
+            close = exc.close_code
+            if close is None and not ready:
+                close = wire.CLOSE_PROTOCOL_ERROR
+            self._penalise(peer, exc.score, exc.reason, close)
+            return
+        if ready:
+            # §11.7 token bucket: replies to our own outstanding requests are not charged
+            solicited = gossip.is_solicited_reply(msg, peer.pending_items, peer.requests)
+            if gossip.charge_inbound(peer.bucket, solicited, now):
+                self._penalise(peer, gossip.SCORE_RATE, "message beyond the token bucket")
+                return
+        try:
             if isinstance(msg, wire.Unknown):
                 if not peer.handshake.ready:
                     raise wire.RemoteProtocolError(
@@ -607,6 +620,10 @@ class PeerManager:
                 peer.chainwork = snap.chainwork
                 peer.best_height = snap.height
         if outcome.status is BlockStatus.ORPHAN:
+            if peer.key in outcome.evicted_orphans:
+                self._penalise(
+                    peer, gossip.SCORE_ORPHAN_OVER_LIMIT, "orphan beyond the per-peer limit (P13)"
+                )
             want = [
                 (int(wire.InvKind.BLOCK), bytes(m))
                 for m in outcome.missing
@@ -627,9 +644,15 @@ class PeerManager:
             self._getdata_answered(peer)
         peer.known.add(txid)
         self.fetcher.on_received(txid)
+        now = self._now_ms()
+        if peer.missing_inputs.exhausted(now) and self.service.lacks_inputs(msg.data):
+            self._penalise(peer, gossip.SCORE_RATE, "tx with missing inputs beyond 100 per minute")
+            return
         try:
             self.service.submit_tx(msg.data, peer.key)
         except InvalidTransaction as exc:
+            if exc.rule == "V6" and exc.message == "missing-input":
+                peer.missing_inputs.record(now)
             score = gossip.score_tx_rule(exc.rule)
             if score:
                 self._penalise(peer, score, f"tx {exc.rule}")
@@ -1039,9 +1062,7 @@ def _done_serving(peer: Peer) -> None:
 
 def _block_id(raw: bytes) -> bytes | None:
     """The id of a block frame: H(header) from the canonical prefix (H1 is the core's check)."""
-    if len(raw) < 3 + HEADER_SIZE or raw[:3] != b"\x92\xc4\x96":
-        return None
-    return compute_block_id(raw[3 : 3 + HEADER_SIZE])
+    return gossip.block_frame_id(raw)
 
 
 def _timestamp(chain: Any, block_id: bytes) -> int | None:

@@ -242,6 +242,18 @@ class NodeService:
         )
         return tx.txid
 
+    def lacks_inputs(self, raw: bytes) -> bool:
+        """True if some input of the tx in ``raw`` is not an unspent output of the best chain.
+
+        A cheap look (decode and UTXO lookups, no rule checked) for the §7.5 cap on missing-input
+        txs; undecodable bytes answer False, so they are examined (and scored) normally.
+        """
+        try:
+            tx = decode_transaction(raw, self.params)
+        except EncodingError:
+            return False
+        return any(self.chain.get_utxo(i.txid, i.out_index) is None for i in tx.inputs)
+
     def _admit(self, raw: bytes) -> Transaction:
         p = self.params
         if len(raw) > p.max_tx_bytes:

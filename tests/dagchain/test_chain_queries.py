@@ -3,9 +3,10 @@
 import pytest
 
 from dagchain.blocks import BlockHeader, make_block
-from dagchain.chain import BlockStatus
+from dagchain.chain import BlockStatus, Chain
 from dagchain.errors import RejectedBlock
 from dagchain.params import DEVNET
+from dagchain.storage import schema as S
 from tests.dagchain.builders import build_block, grind
 from tests.dagchain.chainkit import Node, key
 
@@ -140,3 +141,17 @@ def test_signature_cache_property_feeds_on_block() -> None:
     assert chain.signature_checks == 0
     assert chain.best_id == source.chain.best_id
     assert chain.utxos() == source.chain.utxos()
+
+
+def test_block_count_is_the_number_of_stored_blocks_after_the_window_moves() -> None:
+    node = Node(DEVNET)
+    node.chain = Chain(DEVNET, node.store, memory_window=1)
+    tip = node.genesis
+    for i in range(6):
+        block = node.build(tip, ms=i % 2 == 1, register=key(3)[1] if i == 0 else None)
+        assert node.chain.on_block(block.raw, node.now_ms, "t").status is BlockStatus.ACCEPTED
+        tip = block.id
+    rows = sum(1 for _ in node.store.iter_prefix(S.P_META))
+    assert node.chain.state.meta.floor > 0  # history left memory: len(meta) would scan
+    assert node.chain.state.block_count == rows == 7
+    assert Chain(DEVNET, node.store, memory_window=1).state.block_count == rows

@@ -198,3 +198,16 @@ def test_p13_orphan_missing_two_links_waits_for_both() -> None:
     assert not chain.has_block(block.id)
     assert accept(chain, tip_chain[0]).accepted == (tip_chain[0].id, block.id)
     assert len(chain.orphans) == 0
+
+
+def test_p13_outcome_reports_the_suppliers_of_evicted_orphans() -> None:
+    chain = new_chain(SMALL)
+    outcomes = [chain.on_block(stray(i), NOW, "a") for i in range(3)]
+    assert all(o.evicted_orphans == () for o in outcomes)  # within a's limit of 3
+    out = chain.on_block(stray(3), NOW, "a")  # beyond it: a's oldest goes, a is told
+    assert out.status is BlockStatus.ORPHAN
+    assert out.evicted_orphans == ("a",)
+    assert chain.on_block(stray(4), NOW, "b").evicted_orphans == ()
+    assert chain.on_block(stray(5), NOW, "c").evicted_orphans == ()  # 5 held: the total limit
+    out = chain.on_block(stray(6), NOW, "d")  # d holds nothing: the oldest (a's) goes
+    assert out.evicted_orphans == ("a",)

@@ -141,3 +141,22 @@ async def test_lookup_names_blocks_transactions_and_addresses_and_misses_without
     for query, kind in cases.items():
         status, body = await _get(client, f"/v1/lookup/{query}")
         assert (status, body) == (200, {"query": query, "kind": kind})
+
+
+async def test_status_counts_blocks_without_scanning_the_store(
+    client_and_dag: tuple[TestClient[Any, Any], Dag, list[Block]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GET /v1/status is O(1) in chain length: the block count is a counter, not len(meta)."""
+    client, dag, blocks = client_and_dag
+    chain = dag.node.chain
+    assert chain.state.block_count == len(chain.state.meta) == 1 + len(blocks)
+    dag.mine(blocks[-1].id, ms=True)
+
+    def scan(self: object) -> int:
+        raise AssertionError("len(meta) scans the store")
+
+    monkeypatch.setattr(type(chain.state.meta), "__len__", scan)
+    status, body = await _get(client, "/v1/status")
+    assert status == 200
+    assert body["blocks"] == 2 + len(blocks)

@@ -2,16 +2,21 @@
 
 import random
 
+from dagchain.crypto import hash32
 from dagchain.errors import MalformedBlock, NotYetValid, RejectedBlock
+from node import wire
 from node.gossip import (
     AddrLimiter,
     BanList,
     BlockFetcher,
     KnownInventory,
     Misbehaviour,
+    MissingInputLimiter,
     TokenBucket,
     TxAnnouncer,
     ban_key,
+    charge_inbound,
+    is_solicited_reply,
     plan_block_relay,
     plan_tx_announcements,
     score_block_error,
@@ -89,6 +94,40 @@ def test_token_bucket_allows_the_burst_then_500_per_second() -> None:
     assert sum(bucket.take(1_000) for _ in range(600)) == 500
 
 
+def _score_of(msgs: list[object], pending: set[bytes], requests: dict[str, float]) -> int:
+    """Total §11.7 score of ``msgs`` arriving in one millisecond-by-millisecond stream."""
+    bucket = TokenBucket()
+    score = 0
+    for i, msg in enumerate(msgs):
+        now = i  # 1,000 messages per second: twice the bucket's rate
+        score += charge_inbound(bucket, is_solicited_reply(msg, pending, requests), now)
+    return score
+
+
+def test_solicited_replies_above_500_per_second_are_not_charged_to_the_bucket() -> None:
+    txs = [wire.TxMsg(i.to_bytes(4, "big") * 30) for i in range(6_000)]
+    pending = {hash32(m.data) for m in txs}
+    # answers to our getdata at 1,000/s for 6 s (6,000 messages): no score at all
+    assert _score_of(list(txs), pending, {}) == 0
+    # the same txs unsolicited: burst 2000 + 500/s, the rest +1 each
+    unsolicited = _score_of(list(txs), set(), {})
+    assert 990 <= unsolicited <= 1_010  # 6,000 - (2,000 + 6 s x 500)
+    # replies of the other requested kinds are free only while we wait for them
+    replies: list[object] = [
+        wire.Milestones(()),
+        wire.LevelSet(BLOCK, 0, 0, ()),
+        wire.Pending(()),
+        wire.NotFound(((int(wire.InvKind.TX), b"\x01" * 32),)),
+    ]
+    asked = {"milestones": 0.0, "levelset": 0.0, "pending": 0.0}
+    assert all(is_solicited_reply(m, {b"\x01" * 32}, asked) for m in replies)
+    assert not any(is_solicited_reply(m, set(), {}) for m in replies)
+    assert _score_of(replies * 1_500, {b"\x01" * 32}, asked) == 0
+    assert _score_of(replies * 1_500, set(), {}) > 0
+    # a flood of invs is always charged
+    assert _score_of([wire.Inv(())] * 6_000, pending, asked) > 0
+
+
 def test_bans_expire_and_loopback_bans_the_node_id() -> None:
     bans = BanList()
     key = ban_key("127.0.0.1", b"\x01" * 32)
@@ -112,3 +151,15 @@ def test_unsolicited_addr_is_limited_in_size_and_rate() -> None:
     assert lim.check(10, solicited=False, now_ms=0) is None
     assert lim.check(1, solicited=False, now_ms=5_000) == 0
     assert lim.check(1000, solicited=True, now_ms=5_000) is None
+
+
+def test_at_most_100_missing_input_txs_per_minute_are_examined() -> None:
+    limiter = MissingInputLimiter()
+    for i in range(100):
+        assert not limiter.exhausted(i * 100)
+        limiter.record(i * 100)
+    assert limiter.exhausted(10_000)  # beyond 100 within the minute: dropped unexamined
+    assert limiter.exhausted(59_999)
+    assert not limiter.exhausted(60_000)  # the first one left the window
+    limiter.record(60_000)
+    assert limiter.exhausted(60_050)
