@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1024.0)
     ap.add_argument("--miner-rate", type=float, default=12.0)
     ap.add_argument("--accounts", type=int, default=64)
-    ap.add_argument("--max-in-flight", type=int, default=64)
+    ap.add_argument("--max-in-flight", type=int, default=384)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temporary datadirs")
     args = ap.parse_args()
