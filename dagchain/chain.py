@@ -8,7 +8,8 @@ nothing; a block with unknown links is held as an orphan ("not yet valid", never
 """
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -35,6 +36,7 @@ from dagchain.sortition import SortitionWindow, compute_window_span
 from dagchain.state import BlockMeta, ChainState
 from dagchain.storage import KVStore
 from dagchain.storage import schema as S
+from dagchain.storage.group import GroupingStore
 from dagchain.transactions import (
     Transaction,
     TxKind,
@@ -104,8 +106,9 @@ class Chain:
         """
         self.params = params
         self.store = store
+        self._writes = GroupingStore(store)
         self.genesis = genesis_block(params)
-        self.state = ChainState(params, store, memory_window)
+        self.state = ChainState(params, self._writes, memory_window)
         self.orphans = OrphanPool(params)
         self._invalid: OrderedDict[BlockId, str] = OrderedDict()
         self._sig_ok = signature_cache if signature_cache is not None else SignatureCache()
@@ -162,6 +165,35 @@ class Chain:
             (i, FAUCET_ADDRESS, self.params.faucet_amount)
             for i in range(self.params.faucet_outputs)
         ]
+
+    # ------------------------------------------------------------------ grouped writes (§12)
+    @contextmanager
+    def write_group(self) -> Iterator[None]:
+        """Write every batch of the enclosed calls as ONE store batch when the block ends.
+
+        PROTOCOL.md §12 A1: blocks downloaded by P9 are never acknowledged, so one batch covers
+        a whole level set (and, with it, the A2+A3 batch of the milestone that completes it,
+        §13 "synced batch ... per level set in sync"). Inside the block, ``on_block`` and the
+        fork choice it runs behave exactly as outside (reads see the pending writes), but
+        nothing reaches the store until the block exits; then the A1, A2+A3 (and any undo)
+        batches are written together, atomically: a crash leaves the store either before the
+        whole group or after it. The group is written also when the block raises (what was
+        applied before the exception is complete A1/A3 units, already in memory).
+
+        Nothing applied inside may be acknowledged (relay, inv, getdata answer, submit-RPC
+        success) before the block has exited. Nested groups join the outermost one.
+
+        Raises:
+            StorageError: the group could not be written; the in-memory state is then ahead of
+                the store, so the owner must reopen the chain (§12 recovery).
+        """
+        with self._writes.group():
+            yield
+
+    @property
+    def in_write_group(self) -> bool:
+        """True inside :meth:`write_group` (writes not yet in the store)."""
+        return self._writes.grouping
 
     # ------------------------------------------------------------------ queries
     @property

@@ -1,11 +1,15 @@
 """Child process of test_crash.py: apply a DAG file to a LevelDB store, acknowledging each block.
 
-Run: ``python -m tests.dagchain.storage.crash_child DB_DIR DAG_FILE MS_TARGET_BITS``. Prints
-``ready`` once the store is open (recovery done), then one block id (hex) per accepted block,
-flushed after ``on_block`` returned (the block's A1 batch is synced by then), and ``done``.
+Run: ``python -m tests.dagchain.storage.crash_child DB_DIR DAG_FILE MS_TARGET_BITS [levelset]``.
+Prints ``ready`` once the store is open (recovery done), then one block id (hex) per accepted
+block, flushed after ``on_block`` returned (the block's A1 batch is synced by then), and ``done``.
+With ``levelset``, blocks are applied in ``Chain.write_group`` groups that end after each
+milestone block, as P9 applies a downloaded level set (§12: one synced batch per level set), and
+a group's ids are printed only once the group has been written.
 Blocks the store already holds are skipped, so a restarted child resumes where the last left off.
 """
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -39,7 +43,8 @@ def params_for(ms_target_bits: str) -> ConsensusParams:
 
 
 def main(argv: list[str]) -> None:
-    db, dag_file, bits = argv
+    db, dag_file, bits, *mode = argv
+    grouped = mode == ["levelset"]
     params = params_for(bits)
     blocks = read_dag(Path(dag_file))
     now = params.genesis_timestamp_ms + NOW_AFTER_GENESIS_MS
@@ -48,11 +53,18 @@ def main(argv: list[str]) -> None:
     out = sys.stdout
     out.write("ready\n")
     out.flush()
-    for raw in blocks:
-        if chain.has_block(decode_block(raw, params).id):
-            continue
-        outcome = chain.on_block(raw, now)
-        for bid in outcome.accepted:
+    todo = [raw for raw in blocks if not chain.has_block(decode_block(raw, params).id)]
+    pos = 0
+    while pos < len(todo):
+        acked: list[bytes] = []
+        with chain.write_group() if grouped else contextlib.nullcontext():
+            while pos < len(todo):
+                outcome = chain.on_block(todo[pos], now)
+                pos += 1
+                acked += outcome.accepted
+                if not grouped or outcome.is_milestone:
+                    break
+        for bid in acked:
             out.write(bid.hex() + "\n")
             out.flush()
     out.write("done\n")

@@ -7,6 +7,11 @@ every kill reopens the store and checks: every acknowledged block is present, an
 state equals a from-scratch replay of the stored blocks (``reindex``: UTXOs, spent outputs, root
 records, indexes, LS heights, level sets, best chain and head, row for row). Finally the rest of
 the DAG is applied and the store must equal, byte for byte, that of a run that never crashed.
+
+The same harness runs a second time with level-set groups (``Chain.write_group``, one synced
+batch per level set as P9 applies downloaded blocks, §12 A1): after every kill the store must
+also sit exactly at a group boundary, holding the blocks of a prefix of the DAG that ends with
+a milestone, never part of a group.
 """
 
 import random
@@ -32,7 +37,7 @@ KILLS = 24
 SEED = 20261130
 
 
-def start_child(db: Path, dag_file: Path) -> subprocess.Popen[str]:
+def start_child(db: Path, dag_file: Path, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -41,6 +46,7 @@ def start_child(db: Path, dag_file: Path) -> subprocess.Popen[str]:
             str(db),
             str(dag_file),
             MS_BITS,
+            *([mode] if mode == "levelset" else []),
         ],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
@@ -61,11 +67,14 @@ def read_acks(proc: subprocess.Popen[str], count: int | None) -> tuple[list[str]
     return acks, False
 
 
-def check_recovered(db: Path, acked: list[str]) -> None:
+def check_recovered(db: Path, acked: list[str], prefixes: dict[frozenset[bytes], int]) -> None:
+    """Acknowledged blocks present, the stored blocks one of ``prefixes``, reindex equal."""
     store = LevelDBStore(db)
     try:
         chain = Chain(PARAMS, store)  # crash recovery: §12 checks, F2 reselection
         assert [a for a in acked if not chain.has_block(bytes.fromhex(a))] == []
+        stored = frozenset(k[1:] for k, _ in store.iter_prefix(b"m")) - {chain.genesis_id}
+        assert stored in prefixes, "the store holds part of a batch (group)"
         report = reindex(PARAMS, store)
         assert report.ok, report.summary()
     finally:
@@ -73,7 +82,8 @@ def check_recovered(db: Path, acked: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["block", "levelset"])
+def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path: Path, mode: str) -> None:
     rng = random.Random(SEED)
     dag = build_dag(seed=3, size=700, n_miners=4)
     raws = [b.raw for b in dag.blocks]
@@ -85,11 +95,20 @@ def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> 
     for raw in raws:
         ref_chain.on_block(raw, now)
     assert ref_chain.best_height > 100, "the DAG should be long enough to kill 24 times"
+    # The stored block sets a kill may leave: any prefix of the DAG per block; per level set,
+    # only the prefixes that end with a milestone block (where a group is written).
+    ids = [b.id for b in dag.blocks]
+    ends = [
+        n
+        for n in range(len(ids) + 1)
+        if mode == "block" or n == 0 or ref_chain.get_meta(ids[n - 1]).is_milestone  # type: ignore[union-attr]
+    ]
+    prefixes: dict[frozenset[bytes], int] = {frozenset(ids[:n]): n for n in ends}
 
     db = tmp_path / "db"
     acked: list[str] = []
     for _ in range(KILLS):
-        proc = start_child(db, dag_file)
+        proc = start_child(db, dag_file, mode)
         # 0 acks: the kill lands during start-up and recovery; otherwise during a later block.
         acks, done = read_acks(proc, rng.randrange(0, 30))
         assert not done, "the DAG ran out before the last kill; make it longer"
@@ -100,9 +119,9 @@ def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> 
         assert proc.stdout is not None
         proc.stdout.close()
         acked += acks + rest
-        check_recovered(db, acked)
+        check_recovered(db, acked, prefixes)
 
-    proc = start_child(db, dag_file)
+    proc = start_child(db, dag_file, mode)
     acks, done = read_acks(proc, None)
     assert proc.wait() == 0
     assert proc.stdout is not None
