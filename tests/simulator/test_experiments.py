@@ -3,17 +3,23 @@
 Scenario files go through ``dagchain-sim run`` with a few nodes and a few simulated seconds;
 sweep files (those with a ``[grid]``) go through ``load_sweep`` and ``run_point`` for every grid
 point with the same tiny overrides, so a renamed scenario key or a bad grid value fails here.
+The analysis script ``experiments/fairness.py`` runs once on a tiny scenario, and the Dask
+executor (when dask is installed) must give the local executor's rows for the same sweep file.
 """
 
+import csv
+import importlib.util
 import json
 import tomllib
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 from simulator.cli import main
 from simulator.scenario import parse_override
-from simulator.sweep import load_sweep, run_point
+from simulator.sweep import load_sweep, run_point, run_sweep
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 FILES = sorted(EXPERIMENTS.glob("*.toml"))
@@ -22,6 +28,17 @@ TINY = ["nodes=4", "duration_s=4", "miners.count=2", "attack.trials=200"]
 
 def is_sweep(path: Path) -> bool:
     return "grid" in tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def tiny_for(path: Path) -> list[str]:
+    """TINY, but a file with explicit ``miners.shares`` keeps its miners (nodes >= miners)."""
+    data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    if "base" in data:
+        data = tomllib.loads((path.parent / data["base"]).read_text(encoding="utf-8"))
+    shares = data.get("miners", {}).get("shares", [])
+    if not shares:
+        return TINY
+    return [f"nodes={max(4, len(shares))}", "duration_s=4", "attack.trials=200"]
 
 
 SCENARIOS = [p for p in FILES if not is_sweep(p)]
@@ -44,7 +61,7 @@ def test_the_issue_8_files_exist() -> None:
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
 def test_scenario_file_runs(path: Path, tmp_path: Path) -> None:
     args = ["run", str(path), "--no-plots", "--out", str(tmp_path)]
-    for item in TINY:
+    for item in tiny_for(path):
         args += ["--set", item]
     assert main(args) == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -56,9 +73,57 @@ def test_sweep_file_runs(path: Path) -> None:
     base, points, seeds = load_sweep(path)
     assert points
     assert seeds
-    tiny = [parse_override(item) for item in TINY]
+    tiny = [parse_override(item) for item in tiny_for(path)]
     for point in points:
         row = run_point(base, point + tiny, seeds[0])
         assert "throughput_tps" in row
         for key_path, value in point:
             assert row[".".join(key_path)] == value
+
+
+def _load_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fairness_script_runs_and_its_shares_add_up(tmp_path: Path) -> None:
+    fairness = _load_script("fairness")
+    args = ["--set", "duration_s=20", "--set", "load.tps=5", "--window", "5", "--skip", "5"]
+    assert fairness.main([str(EXPERIMENTS / "fairness.toml"), *args, "--out", str(tmp_path)]) == 0
+    with (tmp_path / "fairness.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    configs = {r["config"] for r in rows}
+    assert configs == {"sdag share", "sdag uniform", "nakamoto"}
+    for config in configs:
+        mine = [r for r in rows if r["config"] == config]
+        assert len(mine) == 11  # one row per miner of fairness.toml
+        for key in ("hash_share", "block_share", "revenue_share", "intake_closed_form"):
+            assert sum(float(r[key]) for r in mine) == pytest.approx(1.0, abs=1e-4)
+        pool = max(mine, key=lambda r: float(r["hash_share"]))
+        assert float(pool["hash_share"]) == pytest.approx(0.5)
+        # The square law: a 50 % pool beside ten 5 % miners is eligible for 0.25 / 0.275 of the
+        # intake with share weighting, for its hash share otherwise.
+        expected = 0.25 / 0.275 if config == "sdag share" else 0.5
+        assert float(pool["intake_closed_form"]) == pytest.approx(expected, abs=1e-5)
+    sdag = [r for r in rows if r["config"] == "sdag share"]
+    assert sum(int(r["txs_packed"]) for r in sdag) > 0  # the load reached the chain
+
+
+def test_dask_executor_gives_the_local_rows(tmp_path: Path) -> None:
+    pytest.importorskip("dask.distributed")
+    sweep = tmp_path / "sweep.toml"
+    base = (EXPERIMENTS / "stale.toml").as_posix()
+    sweep.write_text(
+        f'base = "{base}"\nseeds = [1, 2]\nset = ["nodes=5", "duration_s=5", "miners.count=3"]\n'
+        '[grid]\n"chain.block_rate" = [8, 16]\n',
+        encoding="utf-8",
+    )
+    local = run_sweep(sweep, "local", 1, tmp_path / "local")
+    dask = run_sweep(sweep, "dask", 1, tmp_path / "dask")
+    local_text = local.read_text(encoding="utf-8")
+    assert local_text.count("\n") == 5  # header + 2 points x 2 seeds
+    assert dask.read_text(encoding="utf-8") == local_text
