@@ -815,16 +815,14 @@ class PeerManager:
                 for txid in fut.result():
                     cache.add(TxId(txid))
             self._applying_sync = True
-            try:
-                for raw in raws:
-                    try:
-                        self.service.submit_block(raw, peer.key)
-                    except NotYetValid:
-                        self._reset_sync()
-                        return
-                    except InvalidBlock as exc:
-                        self._sync_failed(peer, f"level-set block {exc.rule}", 100)
-                        return
+            try:  # one synced batch per level set (§12 A1), events after it is written
+                self.service.submit_level_set(raws, peer.key)
+            except NotYetValid:
+                self._reset_sync()
+                return
+            except InvalidBlock as exc:
+                self._sync_failed(peer, f"level-set block {exc.rule}", 100)
+                return
             finally:
                 self._applying_sync = False
             if not self.service.has_block(job.milestone.block_id):

@@ -105,23 +105,57 @@ class NodeService:
             NotYetValid: H11: the timestamp is too far ahead; retry later.
         """
         now = self.clock()
+        outcome = self._run_block(raw, now, peer)
+        self._after_block(outcome, now, peer)
+        return outcome
+
+    def submit_level_set(self, raws: Iterable[bytes], peer: str) -> list[BlockOutcome]:
+        """P9: a downloaded level set's blocks in order, stored as ONE synced batch (§12 A1).
+
+        The blocks go through the chain inside :meth:`Chain.write_group`; the listeners and the
+        mempool hear of them only after the group has been written, so nothing is announced
+        before it is durable. If a block raises, the blocks before it are written and reported
+        as usual and the exception propagates.
+
+        Raises:
+            MalformedBlock, RejectedBlock, NotYetValid: as :meth:`submit_block`, for the first
+                block that fails (later ones are not tried).
+        """
+        now = self.clock()
+        outcomes: list[BlockOutcome] = []
+        error: InvalidBlock | NotYetValid | None = None
+        with self.chain.write_group():
+            for raw in raws:
+                try:
+                    outcomes.append(self._run_block(raw, now, peer))
+                except (InvalidBlock, NotYetValid) as exc:
+                    error = exc
+                    break
+        for outcome in outcomes:
+            self._after_block(outcome, now, peer)
+        if error is not None:
+            raise error
+        return outcomes
+
+    def _run_block(self, raw: bytes, now: int, peer: str) -> BlockOutcome:
         try:
-            outcome = self.chain.on_block(raw, now, peer)
+            return self.chain.on_block(raw, now, peer)
         except InvalidBlock as exc:
             self.rejected[f"block:{exc.rule}"] += 1
             raise
         except NotYetValid as exc:
             self.rejected[f"block:{exc.rule}"] += 1
             raise
+
+    def _after_block(self, outcome: BlockOutcome, now: int, peer: str) -> None:
         if outcome.status is not BlockStatus.ACCEPTED:
-            return outcome
+            return
         for _, orphan_error in outcome.rejected_orphans:
             self.rejected[f"block:{orphan_error.rule}"] += 1
         for block_id in outcome.accepted:
             self._emit(self._block_event(block_id, now, peer))
         for reorg in outcome.reorgs:
             self._on_reorg(reorg)
-        return outcome
 
     def _block_event(self, block_id: BlockId, now_ms: int, peer: str) -> NodeEvent:
         block = self.chain.get_block(block_id)
