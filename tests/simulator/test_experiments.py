@@ -127,3 +127,30 @@ def test_dask_executor_gives_the_local_rows(tmp_path: Path) -> None:
     local_text = local.read_text(encoding="utf-8")
     assert local_text.count("\n") == 5  # header + 2 points x 2 seeds
     assert dask.read_text(encoding="utf-8") == local_text
+
+
+def test_equal_security_depth_is_the_smallest_safe_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eq = _load_script("equal_security")
+    from simulator.adversary import double_spend_probability
+
+    assert eq.effective_share(0.1, 0.0) == pytest.approx(0.1)
+    assert eq.effective_share(0.1, 0.2) == pytest.approx(0.1 / (0.1 + 0.9 * 0.8))
+    for q in (0.1, 0.25):
+        z = eq.depth_for(q, 1e-3)
+        assert double_spend_probability(q, z) <= 1e-3 < double_spend_probability(q, z - 1)
+        assert eq.depth_for(eq.effective_share(q, 0.2), 1e-3) > z  # stale milestones cost depth
+    assert eq.depth_for(0.5, 1e-3) is None
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text(
+        "protocol,stale_milestone_rate,milestones_per_s,"
+        "confirmation_latency_s.p50,confirmation_latency_s.p90\n"
+        "sdag,0.0,0.5,1.5,4.0\nnakamoto,0.2,0.4,2.0,8.0\n",
+        encoding="utf-8",
+    )
+    assert eq.main([str(sweep), "--q", "0.1", "--eps", "0.001"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    z = eq.depth_for(0.1, 1e-3)
+    assert lines[2].split(" | ")[-3] == str(z)  # sdag row: depth z at q' = q
+    assert lines[2].split(" | ")[-2] == f"{1.5 + (z - 1) * 2.0:.1f}"
