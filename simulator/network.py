@@ -100,6 +100,10 @@ class Network:
             latency = self._draw_latency(a, b, rng)
             self.neighbours[a].append(Link(b, latency))
             self.neighbours[b].append(Link(a, latency))
+        self._out: list[tuple[tuple[int, float, float], ...]] = [
+            tuple((link.peer, link.latency_ms, self.download[link.peer]) for link in links)
+            for links in self.neighbours
+        ]
 
     def _draw_latency(self, a: int, b: int, rng: random.Random) -> float:
         kind, _, rest = self._delay.partition(":")
@@ -126,6 +130,52 @@ class Network:
         done = start + size * 8 / rate
         self._upload_free[src] = done
         return done + link.latency_ms + self.processing_ms
+
+    def fan_out(
+        self,
+        src: int,
+        size: int,
+        now_ms: float,
+        exclude: int,
+        known: set[int] | None,
+        pending: dict[int, float],
+    ) -> list[tuple[int, float]]:
+        """Push one ``size``-byte item from ``src`` to its neighbours; returns (peer, arrival).
+
+        Skipped, in link order: ``exclude``, peers in ``known``, and peers whose copy in flight
+        (``pending``: peer -> arrival) lands no later than ours could even without queueing (no
+        getdata to us, so no bytes). A peer whose copy in flight lands no later than our
+        computed arrival is still charged the transfer (the send was started) but not
+        scheduled. Same arithmetic, order and accounting as :meth:`arrival_ms` per link.
+        """
+        out: list[tuple[int, float]] = []
+        processing = self.processing_ms
+        up = self.upload[src]
+        free = self._upload_free
+        sent = 0
+        for peer, latency, down in self._out[src]:
+            if peer == exclude or (known is not None and peer in known):
+                continue
+            earlier = pending.get(peer)
+            if earlier is not None and earlier <= now_ms + latency + processing:
+                continue
+            sent += 1
+            rate = up if up < down else down
+            if rate == math.inf:
+                at = now_ms + latency + processing
+            else:
+                start = free[src]
+                if start < now_ms:
+                    start = now_ms
+                done = start + size * 8 / rate
+                free[src] = done
+                at = done + latency + processing
+            if earlier is not None and earlier <= at:
+                continue
+            out.append((peer, at))
+        self.messages += sent
+        self.bytes_sent += size * sent
+        return out
 
 
 __all__ = ["REGIONS", "Link", "Network"]

@@ -22,10 +22,14 @@ from dagchain.params import ConsensusParams
 from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
+from simulator.knowledge import Knowledge
 
 
 class Hub(Protocol):
     """What a node needs from the simulation: the clock, relay, and event sinks."""
+
+    known_blocks: Knowledge
+    known_txs: Knowledge
 
     @property
     def now_ms(self) -> float: ...
@@ -45,6 +49,21 @@ class Hub(Protocol):
 class SimNode:
     """One simulated full node (index ``index``)."""
 
+    __slots__ = (
+        "chain",
+        "decoder",
+        "hub",
+        "index",
+        "known_blocks",
+        "known_txs",
+        "mempool",
+        "orphaned",
+        "params",
+        "rejected_blocks",
+        "rejected_txs",
+        "root",
+    )
+
     def __init__(
         self,
         index: int,
@@ -63,8 +82,9 @@ class SimNode:
             params, MemoryStore(), signature_cache=sig_cache, decode_cache=decode_cache
         )
         self.mempool = Mempool(params)
-        self.known_blocks: set[bytes] = set()
-        self.known_txs: set[bytes] = set()
+        self.known_blocks = hub.known_blocks
+        """Shared with every node: which node knows which block."""
+        self.known_txs = hub.known_txs
         self.root: BlockId | None = None
         """This node's own peer chain, once its registration block is accepted."""
         self.rejected_blocks = 0
@@ -78,13 +98,12 @@ class SimNode:
     # ------------------------------------------------------------------ blocks
     def on_deliver_block(self, block_id: BlockId, raw: bytes, src: int) -> None:
         """A block arrives from neighbour ``src`` (or from this node's miner, src = own index)."""
-        if block_id in self.known_blocks:
+        if not self.known_blocks.learn(self.index, block_id):
             return
-        self.known_blocks.add(block_id)
         try:
             outcome = self.chain.on_block(raw, self.now(), str(src))
         except NotYetValid:
-            self.known_blocks.discard(block_id)
+            self.known_blocks.forget(self.index, block_id)
             retry = self.hub.now_ms + self.params.max_future_drift_ms / 2
             self.hub.retry_block(self.index, block_id, raw, src, retry)
             return
@@ -99,13 +118,15 @@ class SimNode:
 
     def _after_accept(self, outcome: BlockOutcome, src: int) -> None:
         chain = self.chain
+        index = self.index
+        learn_tx = self.known_txs.learn
         for bid in outcome.accepted:
-            self.known_blocks.add(bid)
+            self.known_blocks.learn(index, bid)
             block = chain.get_block(bid)
             if block is None:  # pragma: no cover - accepted blocks are stored
                 raise RuntimeError("accepted block missing")
             for tx in block.txs:
-                self.known_txs.add(tx.txid)
+                learn_tx(index, tx.txid)
                 self.mempool.remove(tx.txid)
             self.hub.send_block(self.index, bid, block.raw, src if bid == outcome.block_id else -1)
         for reorg in outcome.reorgs:
@@ -117,9 +138,8 @@ class SimNode:
     # ------------------------------------------------------------------ transactions
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
         """A relayed tx arrives: decode, check against the best chain, admit, relay."""
-        if txid in self.known_txs:
+        if not self.known_txs.learn(self.index, txid):
             return
-        self.known_txs.add(txid)
         try:
             tx = (
                 self.decoder.decode_tx(raw)

@@ -17,6 +17,7 @@ from dagchain.params import genesis_blk_target
 from dagchain.types import BlockId, TxId
 from simulator import adversary
 from simulator.engine import Engine
+from simulator.knowledge import Knowledge
 from simulator.load import TxLoad
 from simulator.metrics import Recorder, block_rows, compute_metrics
 from simulator.mining import Miner
@@ -62,9 +63,11 @@ class Simulation:
             self.streams.stream("topology"),
         )
         caches = (SignatureCache(1_000_000), DecodeCache(params, 16_384))
+        self.known_blocks = Knowledge(scenario.nodes)
+        self.known_txs = Knowledge(scenario.nodes)
         self.nodes = [SimNode(i, params, self, caches) for i in range(scenario.nodes)]
-        self._inflight_blocks: list[dict[bytes, float]] = [{} for _ in self.nodes]
-        self._inflight_txs: list[dict[bytes, float]] = [{} for _ in self.nodes]
+        self._inflight_blocks: dict[bytes, dict[int, float]] = {}
+        self._inflight_txs: dict[bytes, dict[int, float]] = {}
         self.recorder = Recorder()
         rate_per_ms = scenario.block_rate / 1000.0
         target0 = genesis_blk_target(params)
@@ -97,10 +100,10 @@ class Simulation:
         return self.engine.now_ms + self._clock_offset
 
     def send_block(self, src: int, block_id: BlockId, raw: bytes, exclude: int) -> None:
-        self._send(src, block_id, raw, exclude, self._inflight_blocks, True)
+        self._send(src, block_id, raw, exclude, self.known_blocks, self._inflight_blocks, True)
 
     def send_tx(self, src: int, txid: TxId, raw: bytes, exclude: int) -> None:
-        self._send(src, txid, raw, exclude, self._inflight_txs, False)
+        self._send(src, txid, raw, exclude, self.known_txs, self._inflight_txs, False)
 
     def _send(
         self,
@@ -108,42 +111,45 @@ class Simulation:
         key: bytes,
         raw: bytes,
         exclude: int,
-        inflight: list[dict[bytes, float]],
+        knowledge: Knowledge,
+        inflight: dict[bytes, dict[int, float]],
         is_block: bool,
     ) -> None:
+        known = knowledge.holders.get(key)
+        if known is None and knowledge.known_everywhere(key):
+            return
+        pending = inflight.get(key)
+        if pending is None:
+            pending = inflight[key] = {}
         now = self.engine.now_ms
-        network = self.network
-        size = len(raw) + FRAME_OVERHEAD_BYTES
-        nodes = self.nodes
-        processing = network.processing_ms
-        for link in network.neighbours[src]:
-            peer = link.peer
-            if peer == exclude:
-                continue
-            dst = nodes[peer]
-            if key in (dst.known_blocks if is_block else dst.known_txs):
-                continue
-            pending = inflight[peer]
-            earlier = pending.get(key)
-            if earlier is not None and earlier <= now + link.latency_ms + processing:
-                continue  # it arrives sooner from someone else: no getdata to us
-            at = network.arrival_ms(src, link, size, now)
-            if earlier is not None and earlier <= at:
-                continue
-            pending[key] = at
-            handler = dst.on_deliver_block if is_block else dst.on_deliver_tx
-            self.engine.schedule_at(at, self._deliver, pending, key, handler, raw, src)
+        sends = self.network.fan_out(
+            src, len(raw) + FRAME_OVERHEAD_BYTES, now, exclude, known, pending
+        )
+        if not sends:
+            if not pending:
+                del inflight[key]
+            return
+        deliver = self._deliver_block if is_block else self._deliver_tx
+        schedule = self.engine.schedule_at
+        for peer, at in sends:
+            pending[peer] = at
+            schedule(at, deliver, peer, key, raw, src)
+
+    def _deliver_block(self, peer: int, key: bytes, raw: bytes, src: int) -> None:
+        self._arrived(self._inflight_blocks, peer, key)
+        self.nodes[peer].on_deliver_block(BlockId(key), raw, src)
+
+    def _deliver_tx(self, peer: int, key: bytes, raw: bytes, src: int) -> None:
+        self._arrived(self._inflight_txs, peer, key)
+        self.nodes[peer].on_deliver_tx(TxId(key), raw, src)
 
     @staticmethod
-    def _deliver(
-        pending: dict[bytes, float],
-        key: bytes,
-        handler: Callable[[Any, bytes, int], None],
-        raw: bytes,
-        src: int,
-    ) -> None:
-        pending.pop(key, None)
-        handler(key, raw, src)
+    def _arrived(inflight: dict[bytes, dict[int, float]], peer: int, key: bytes) -> None:
+        pending = inflight.get(key)
+        if pending is not None:
+            pending.pop(peer, None)
+            if not pending:
+                del inflight[key]
 
     def retry_block(self, node: int, block_id: BlockId, raw: bytes, src: int, at_ms: float) -> None:
         at = max(self.engine.now_ms, at_ms - self._clock_offset)

@@ -1,0 +1,62 @@
+"""Who holds which block or tx: one index per item kind, shared by the whole simulated network.
+
+A node "knows" an item once it was delivered to it (or, for a tx, once an accepted block carried
+it). Instead of one set per node (N nodes x all items), the index keeps, for each item still
+spreading, the set of nodes that know it, and moves an item to a single ``everywhere`` set once
+all N nodes know it. Memory is then proportional to the items in flight, not to N x history,
+and the relay loop tests a whole neighbour list against one set.
+"""
+
+from typing import final
+
+
+@final
+class Knowledge:
+    """``knows(node, key)``/``learn``/``forget`` over ``nodes`` nodes."""
+
+    __slots__ = ("_everywhere", "_nodes", "holders")
+
+    def __init__(self, nodes: int) -> None:
+        self._nodes = nodes
+        self.holders: dict[bytes, set[int]] = {}
+        """Items known by some but not all nodes: the nodes that know them."""
+        self._everywhere: set[bytes] = set()
+
+    def knows(self, node: int, key: bytes) -> bool:
+        """True if ``node`` knows ``key``."""
+        found = self.holders.get(key)
+        if found is None:
+            return key in self._everywhere
+        return node in found
+
+    def learn(self, node: int, key: bytes) -> bool:
+        """Record that ``node`` knows ``key``; False if it already did."""
+        found = self.holders.get(key)
+        if found is None:
+            if key in self._everywhere:
+                return False
+            found = self.holders[key] = set()
+        elif node in found:
+            return False
+        found.add(node)
+        if len(found) == self._nodes:
+            del self.holders[key]
+            self._everywhere.add(key)
+        return True
+
+    def forget(self, node: int, key: bytes) -> None:
+        """``node`` no longer knows ``key`` (a block to retry later)."""
+        found = self.holders.get(key)
+        if found is None:
+            if key not in self._everywhere:
+                return
+            self._everywhere.discard(key)
+            found = self.holders[key] = set(range(self._nodes))
+        found.discard(node)
+
+    def known_everywhere(self, key: bytes) -> bool:
+        """True once every node knows ``key``."""
+        return key in self._everywhere
+
+
+__all__ = ["Knowledge"]
