@@ -12,15 +12,21 @@ def test_knowledge_moves_an_item_known_by_all_to_everywhere_and_back() -> None:
     assert not k.knows(0, b"a")
     assert k.learn(0, b"a")
     assert not k.learn(0, b"a")  # already known
-    assert k.knows(0, b"a") and not k.knows(1, b"a")
-    assert k.learn(1, b"a") and k.learn(2, b"a")
-    assert k.known_everywhere(b"a") and b"a" not in k.holders  # no per-item set kept
+    assert k.knows(0, b"a")
+    assert not k.knows(1, b"a")
+    assert k.learn(1, b"a")
+    assert k.learn(2, b"a")
+    assert k.known_everywhere(b"a")
+    assert b"a" not in k.holders
     assert all(k.knows(i, b"a") for i in range(3))
     assert not k.learn(1, b"a")
     k.forget(1, b"a")  # a block to retry later
     assert not k.known_everywhere(b"a")
-    assert k.knows(0, b"a") and not k.knows(1, b"a") and k.knows(2, b"a")
-    assert k.learn(1, b"a") and k.known_everywhere(b"a")
+    assert k.knows(0, b"a")
+    assert not k.knows(1, b"a")
+    assert k.knows(2, b"a")
+    assert k.learn(1, b"a")
+    assert k.known_everywhere(b"a")
 
 
 def _net(bandwidth: float) -> Network:
@@ -37,13 +43,12 @@ def test_fan_out_matches_per_link_arrivals_and_skips() -> None:
         # links[3] lands much later than ours: sent, and ours will be the one that counts.
         pending = {links[2].peer: 0.0, links[3].peer: 1e9}
         got = fast.fan_out(src, 1000, 5.0, excluded, known, pending)
-        want = []
-        for link in links[3:]:
-            want.append((link.peer, slow.arrival_ms(src, link, 1000, 5.0)))
+        want = [(link.peer, slow.arrival_ms(src, link, 1000, 5.0)) for link in links[3:]]
         assert got == want
         assert (fast.messages, fast.bytes_sent) == (slow.messages, slow.bytes_sent)
         assert got[0][0] == links[3].peer
         if bandwidth:  # the uplink queue serialises the sends
             assert fast._upload_free[src] == slow._upload_free[src] > 5.0
         else:
-            assert fast._upload_free[src] == 0.0 and not math.isinf(got[0][1])
+            assert fast._upload_free[src] == 0.0
+            assert not math.isinf(got[0][1])
