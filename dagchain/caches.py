@@ -1,15 +1,17 @@
 """Bounded caches a Chain may share with other Chains of the same process (simulator, tests).
 
-Both are sound to share: a txid commits to every signature of its transaction, and a decoded
-block is a pure function of its bytes and the network parameters.
+All are sound to share between Chains of one network (same params): a txid commits to every
+signature of its transaction, a decoded block is a pure function of its bytes and the network
+parameters, and an evaluated level set is a pure function of its milestone's past.
 """
 
 from collections import OrderedDict
 
 from dagchain.blocks import Block, decode_block
+from dagchain.ledger import LevelSetDelta
 from dagchain.params import ConsensusParams
 from dagchain.transactions import Transaction, decode_transaction
-from dagchain.types import TxId
+from dagchain.types import BlockId, TxId
 
 
 class SignatureCache:
@@ -76,4 +78,37 @@ class DecodeCache:
         return tx
 
 
-__all__ = ["DecodeCache", "SignatureCache"]
+class LevelSetCache:
+    """Evaluated level sets (§4.3) by milestone id, least recently used out.
+
+    LS(M), its verdicts and its ledger delta are a pure function of M's past: the DFS of §5 reads
+    only the links of blocks reachable from M and which of them lie in the level sets of chain(M),
+    and the ledger it starts from is L(parent(M)), fixed by the milestone chain M commits to. So
+    the first Chain that evaluates M may hand the result to every other Chain of the same network,
+    which then only applies it (the simulator's 1,000 nodes evaluate each level set once). Share
+    one cache only between Chains with identical params; the deltas are immutable.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[BlockId, LevelSetDelta] = OrderedDict()
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, milestone: BlockId) -> LevelSetDelta | None:
+        """The evaluation of LS(milestone), if some Chain stored it."""
+        found = self._items.get(milestone)
+        if found is not None:
+            self.hits += 1
+        return found
+
+    def add(self, delta: LevelSetDelta) -> None:
+        """Remember an evaluation (keyed by its milestone)."""
+        self._items[delta.milestone] = delta
+        if len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+
+__all__ = ["DecodeCache", "LevelSetCache", "SignatureCache"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from dagchain.blocks import Block, compute_merkle_root, decode_block
-from dagchain.caches import DecodeCache, SignatureCache
+from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.crypto import address_from_pubkey
 from dagchain.errors import (
     EncodingError,
@@ -95,6 +95,7 @@ class Chain:
         memory_window: int | None = None,
         signature_cache: SignatureCache | None = None,
         decode_cache: DecodeCache | None = None,
+        level_set_cache: LevelSetCache | None = None,
     ) -> None:
         """Open (or initialise) the chain stored in ``store``.
 
@@ -102,7 +103,8 @@ class Chain:
         stay in memory (default twice punctuality, at least 1); older history is read
         from the store on demand (issue 3). ``signature_cache`` and ``decode_cache`` may be
         shared by several Chains of one process (the simulator); by default each Chain has its
-        own signature cache and decodes every block it receives.
+        own signature cache and decodes every block it receives. ``level_set_cache`` (same
+        sharing) hands a level set evaluated by one Chain to the others (issue 5).
         """
         self.params = params
         self.store = store
@@ -113,6 +115,7 @@ class Chain:
         self._invalid: OrderedDict[BlockId, str] = OrderedDict()
         self._sig_ok = signature_cache if signature_cache is not None else SignatureCache()
         self._decode_cache = decode_cache
+        self._level_sets = level_set_cache
         self._work_of_bits: dict[int, int] = {}
         self.signature_checks = 0
         """Transactions whose signatures were verified (not answered from the cache)."""
@@ -644,14 +647,20 @@ class Chain:
 
     def _evaluate(self, ms: BlockId) -> LevelSetDelta:
         """§4.3: LS(M) and every verdict, with the stored ledger exactly L(parent(M))."""
+        shared = self._level_sets
+        if shared is not None and (found := shared.get(ms)) is not None:
+            return found  # a pure function of M's past (dagchain.caches.LevelSetCache)
         st = self.state
         blocks = st.blocks
         ls_height = st.ls_height
         order = compute_level_set(ms, lambda b: blocks[b].header.links, ls_height.__contains__)
         height = st.snapshots[ms].height
-        return evaluate_level_set(
+        delta = evaluate_level_set(
             ms, height, order, blocks.__getitem__, self._context, st, self.params, self.genesis.id
         )
+        if shared is not None:
+            shared.add(delta)
+        return delta
 
     def _context(self, block_id: BlockId) -> BlockContext:
         st = self.state

@@ -14,7 +14,7 @@ drive them instead of this push policy.
 
 from typing import Protocol, final
 
-from dagchain.caches import DecodeCache, SignatureCache
+from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid, Reason
 from dagchain.mempool import Mempool, MempoolError
@@ -69,17 +69,23 @@ class SimNode:
         index: int,
         params: ConsensusParams,
         hub: Hub,
-        caches: tuple[SignatureCache, DecodeCache] | None = None,
+        caches: tuple[SignatureCache, DecodeCache, LevelSetCache] | None = None,
     ) -> None:
         self.index = index
         self.params = params
         self.hub = hub
-        sig_cache, decode_cache = caches if caches is not None else (None, None)
+        sig_cache, decode_cache, ls_cache = caches if caches is not None else (None, None, None)
         self.decoder = decode_cache
-        # Every node still runs every rule; the shared caches only skip re-verifying a
-        # signature (a txid commits to its signatures) and re-decoding identical bytes.
+        # Every node runs every block rule and applies every level set to its own state; the
+        # shared caches only skip re-verifying a signature (a txid commits to its signatures),
+        # re-decoding identical bytes and re-evaluating a level set another node evaluated (a
+        # pure function of the milestone's past).
         self.chain = Chain(
-            params, MemoryStore(), signature_cache=sig_cache, decode_cache=decode_cache
+            params,
+            MemoryStore(),
+            signature_cache=sig_cache,
+            decode_cache=decode_cache,
+            level_set_cache=ls_cache,
         )
         self.mempool = Mempool(params)
         self.known_blocks = hub.known_blocks

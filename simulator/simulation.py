@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, final
 
-from dagchain.caches import DecodeCache, SignatureCache
+from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.chain import BlockOutcome
 from dagchain.params import genesis_blk_target
 from dagchain.types import BlockId, TxId
@@ -62,7 +62,11 @@ class Simulation:
             net.processing_ms,
             self.streams.stream("topology"),
         )
-        caches = (SignatureCache(1_000_000), DecodeCache(params, 16_384))
+        self.caches = caches = (
+            SignatureCache(1_000_000),
+            DecodeCache(params, 16_384),
+            LevelSetCache(4_096),
+        )
         self.known_blocks = Knowledge(scenario.nodes)
         self.known_txs = Knowledge(scenario.nodes)
         self.nodes = [SimNode(i, params, self, caches) for i in range(scenario.nodes)]
