@@ -1,5 +1,6 @@
 """Canonical msgpack (PROTOCOL.md §2.2, E3-E6): the only way consensus bytes are read."""
 
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -12,8 +13,17 @@ U64 = 0xFFFFFFFFFFFFFFFF
 
 
 def pack(obj: Any) -> bytes:
-    """Canonical encoding of an object built from ints, bytes and lists (E3)."""
-    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+    """Canonical encoding of an object built from ints, bytes and lists (or tuples) (E3)."""
+    return msgpack.Packer(use_bin_type=True).pack(obj)  # type: ignore[no-any-return]
+
+
+def packer() -> Callable[[Any], bytes]:
+    """A reusable canonical encoder, the same bytes as ``pack`` but cheaper per call.
+
+    It keeps one buffer between calls, so it must have one owner (a ``ChainState``, a loop in
+    one function): never share it between threads.
+    """
+    return msgpack.Packer(use_bin_type=True).pack  # type: ignore[no-any-return]
 
 
 def unpack_canonical(data: bytes, max_bytes: int) -> Any:
@@ -74,5 +84,6 @@ __all__ = [
     "expect_int",
     "expect_list",
     "pack",
+    "packer",
     "unpack_canonical",
 ]

@@ -100,26 +100,15 @@ class _Overlay:
 
     def __init__(self, view: LedgerView) -> None:
         self.view = view
-        self.created: dict[Outpoint, Utxo] = {}
+        self.created: dict[tuple[TxId, int], Utxo] = {}
         self.spent: dict[Outpoint, TxId] = {}
         self.spent_list: list[SpentOutput] = []
         self.roots: dict[BlockId, RootRecord] = {}
         self.roots_before: dict[BlockId, RootRecord | None] = {}
         self.redeemed: dict[TxId, BlockId] = {}
 
-    def utxo(self, op: Outpoint) -> Utxo | None:
-        if op in self.spent:
-            return None
-        found = self.created.get(op)
-        return found if found is not None else self.view.get_utxo(op)
-
     def was_spent(self, op: Outpoint) -> bool:
         return op in self.spent or self.view.get_spender(op) is not None
-
-    def spend(self, op: Outpoint, utxo: Utxo, spender: TxId) -> None:
-        """Mark ``op`` spent by ``spender`` (V1: visible at once)."""
-        self.spent[op] = spender
-        self.spent_list.append(SpentOutput(TxId(op[0]), op[1], utxo, spender))
 
     def root(self, root: BlockId) -> RootRecord | None:
         found = self.roots.get(root)
@@ -205,18 +194,20 @@ def _apply_block(
     factor, bound = assignment_bound(ctx.window, ctx.hash_rate, params)
     # S4: the hash state over tag and previous link is computed once and copied per tx.
     base = hashlib.blake2b(SORTITION_TAG + block.header.previous_link, digest_size=32)
+    append = reasons.append
+    from_bytes = int.from_bytes
     for tx in rest:
         if factor:
             h = base.copy()
             h.update(tx.txid)
-            if int.from_bytes(h.digest(), "little") * factor >= bound:  # V5 / S5
-                reasons.append(Reason.SORTITION)
+            if from_bytes(h.digest(), "little") * factor >= bound:  # V5 / S5
+                append(_SORTITION)
                 continue
         elif bound <= 0:
-            reasons.append(Reason.SORTITION)
+            append(_SORTITION)
             continue
         verdict, fee = _apply_transfer(tx, height, overlay)
-        reasons.append(verdict)
+        append(verdict)
         fees += fee
     if is_reward_fresh(height, ctx.milestone_link_height, params):
         fees += reward
@@ -227,30 +218,49 @@ def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[in
     """V6-V8 for one TRANSFER; on VALID spend and create at once (V1). Returns (reason, fee).
 
     V2: the first spend in total order wins; a later spend of the same outpoint (including a
-    repeat of an already VALID tx) finds it spent and is INVALID ``double-spend``.
+    repeat of an already VALID tx) finds it spent and is INVALID ``double-spend``. The rules are
+    checked in their order over all inputs: V6 for every input, then V7, then V8.
     """
-    found: list[tuple[Outpoint, Utxo]] = []
     spent, created, view_utxo = overlay.spent, overlay.created, overlay.view.get_utxo
-    for inp in tx.inputs:  # V6
-        op: Outpoint = (inp.txid, inp.out_index)
+    inputs = tx.inputs
+    found: list[Utxo] = []
+    for inp in inputs:  # V6
+        op = (inp.txid, inp.out_index)
         utxo = None if op in spent else (created.get(op) or view_utxo(op))
         if utxo is None:
-            return (Reason.DOUBLE_SPEND if overlay.was_spent(op) else Reason.MISSING_INPUT), 0
-        found.append((op, utxo))
+            return (_DOUBLE_SPEND if overlay.was_spent(op) else _MISSING_INPUT), 0
+        found.append(utxo)
     total_in = 0
-    for inp, (_, utxo) in zip(tx.inputs, found, strict=True):  # V7
-        if _address_of(inp.pubkey) != utxo.address:
-            return Reason.WRONG_KEY, 0
+    for inp, utxo in zip(inputs, found, strict=True):  # V7: address = H(key) (E8)
+        h = _BLAKE2B_256.copy()
+        h.update(inp.pubkey)
+        if h.digest() != utxo.address:
+            return _WRONG_KEY, 0
         total_in += utxo.amount
-    total_out = sum([o.amount for o in tx.outputs])
+    outputs = tx.outputs
+    total_out = 0
+    for out in outputs:
+        total_out += out.amount
     if total_in < total_out:  # V8
-        return Reason.OVERSPEND, 0
+        return _OVERSPEND, 0
     txid = tx.txid
-    for op, utxo in found:
-        overlay.spend(op, utxo, txid)
-    for index, out in enumerate(tx.outputs):
+    spent_list = overlay.spent_list
+    for inp, utxo in zip(inputs, found, strict=True):
+        spent[(inp.txid, inp.out_index)] = txid
+        spent_list.append(SpentOutput(inp.txid, inp.out_index, utxo, txid))
+    for index, out in enumerate(outputs):
         created[(txid, index)] = Utxo(out.amount, out.address, height)
-    return Reason.VALID, total_in - total_out
+    return _VALID, total_in - total_out
+
+
+_BLAKE2B_256 = hashlib.blake2b(digest_size=32)
+"""An empty H state (E2), copied per hash: cheaper than a fresh ``blake2b(digest_size=32)``."""
+_VALID = int(Reason.VALID)
+_MISSING_INPUT = int(Reason.MISSING_INPUT)
+_DOUBLE_SPEND = int(Reason.DOUBLE_SPEND)
+_WRONG_KEY = int(Reason.WRONG_KEY)
+_OVERSPEND = int(Reason.OVERSPEND)
+_SORTITION = int(Reason.SORTITION)
 
 
 def _apply_redemption(tx: Transaction, root: BlockId, height: int, overlay: _Overlay) -> int:
@@ -284,7 +294,7 @@ def _make_delta(
         height=height,
         order=tuple(order),
         reasons=reasons,
-        created=tuple((TxId(op[0]), op[1], u) for op, u in ov.created.items()),
+        created=tuple([(t, i, u) for (t, i), u in ov.created.items()]),
         spent=tuple(ov.spent_list),
         roots_before=tuple(ov.roots_before.items()),
         roots_after=tuple((r, ov.roots[r]) for r in ov.roots_before),

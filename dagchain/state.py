@@ -5,11 +5,12 @@ in-memory mirror is updated only after the batch has been written, so a failure 
 leaves memory and store as they were.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from dagchain.blocks import Block, decode_block
-from dagchain.encoding import pack
+from dagchain.encoding import packer
 from dagchain.errors import EncodingError, StorageError
 from dagchain.history import BestChain, BestHeights, StoredMap
 from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, SpentOutput, Utxo
@@ -103,13 +104,16 @@ def head_row(head: HeadRecord) -> bytes:
     return S.encode_row([head.best, head.height, S.u256(head.chainwork), head.final])
 
 
-def delta_row(d: LevelSetDelta) -> bytes:
-    """Encode a ``d`` row (§12): created, spent, roots before, roots after, redemptions."""
-    return S.encode_row(
+def delta_row(d: LevelSetDelta, pack: Callable[[Any], bytes] = S.encode_row) -> bytes:
+    """Encode a ``d`` row (§12): created, spent, roots before, roots after, redemptions.
+
+    ``pack`` is the canonical encoder (a caller may pass its own reused ``Packer.pack``).
+    """
+    return pack(
         [
-            [[t, i, u.amount, u.address] for t, i, u in d.created],
+            [(t, i, u.amount, u.address) for t, i, u in d.created],
             [
-                [s.txid, s.index, s.utxo.amount, s.utxo.address, s.utxo.height, s.spending_txid]
+                (s.txid, s.index, s.utxo.amount, s.utxo.address, s.utxo.height, s.spending_txid)
                 for s in d.spent
             ],
             [[r] if rec is None else [r, *_root_fields(rec)] for r, rec in d.roots_before],
@@ -181,6 +185,7 @@ class ChainState:
         if window < 1:
             raise ValueError(f"memory_window must be at least 1, not {window}")
         self.memory_window = window
+        self._pack = packer()  # the A2 rows' encoder; a Chain has one owner (no threads)
         self._reset()
 
     def _reset(self) -> None:
@@ -300,35 +305,40 @@ class ChainState:
         """Store (if ``new``) and apply LS(M)'s delta; M becomes the best head; Φ may advance."""
         h = delta.height
         final = self._advance_final(delta.milestone, h)
+        pack = self._pack
         with self.store.write_batch() as wb:
             if new:
                 wb.put(S.P_LEVEL_SET + delta.milestone, level_set_row(delta))
-                wb.put(S.P_DELTA + delta.milestone, delta_row(delta))
+                wb.put(S.P_DELTA + delta.milestone, delta_row(delta, pack))
+            # u, o and k rows, keys and values as in storage.schema (outpoint_key, address_key)
             put, delete, empty = wb.put, wb.delete, S.EMPTY_ROW
-            for txid, index, utxo in delta.created:  # u and o rows, keys as in schema
-                ikey = index.to_bytes(4, "big")
-                put(b"u" + txid + ikey, pack([utxo.amount, utxo.address, utxo.height]))
-                put(b"o" + utxo.address + txid + ikey, empty)
+            for txid, index, utxo in delta.created:
+                key = txid + index.to_bytes(4, "big")
+                address = utxo.address
+                put(b"u" + key, pack([utxo.amount, address, utxo.height]))
+                put(b"o" + address + key, empty)
             for sp in delta.spent:  # u and o rows go, a k row records the spend
-                ikey = sp.index.to_bytes(4, "big")
-                delete(b"u" + sp.txid + ikey)
-                delete(b"o" + sp.utxo.address + sp.txid + ikey)
-                put(b"k" + sp.txid + ikey, pack([sp.spending_txid, h]))
+                key = sp.txid + sp.index.to_bytes(4, "big")
+                delete(b"u" + key)
+                delete(b"o" + sp.utxo.address + key)
+                put(b"k" + key, pack([sp.spending_txid, h]))
             for root, rec in delta.roots_after:
-                wb.put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
+                put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
             for txid, root in delta.redemptions:
-                wb.put(S.P_REDEEMED + txid, S.encode_row([root, h]))
+                put(S.P_REDEEMED + txid, S.encode_row([root, h]))
+            height_row = S.encode_row([h])
             for bid in delta.order:
-                wb.put(S.P_LS_HEIGHT + bid, S.encode_row([h]))
-                wb.delete(S.P_PENDING + bid)
-            wb.put(S.height_key(S.P_HEIGHT, h), S.encode_row([delta.milestone]))
+                put(S.P_LS_HEIGHT + bid, height_row)
+                delete(S.P_PENDING + bid)
+            put(S.height_key(S.P_HEIGHT, h), S.encode_row([delta.milestone]))
             chainwork = self.snapshots[delta.milestone].chainwork
-            wb.put(S.HEAD, head_row(HeadRecord(delta.milestone, h, chainwork, final)))
+            put(S.HEAD, head_row(HeadRecord(delta.milestone, h, chainwork, final)))
         self.deltas.add(delta.milestone, delta, h)
+        utxos = self.utxos
         for txid, index, utxo in delta.created:
-            self.utxos[(txid, index)] = utxo
+            utxos[(txid, index)] = utxo
         for sp in delta.spent:
-            del self.utxos[(sp.txid, sp.index)]
+            del utxos[(sp.txid, sp.index)]
         for root, rec in delta.roots_after:
             self.roots[root] = rec
         for bid in delta.order:

@@ -94,56 +94,73 @@ def make_transaction(
 def tx_from_obj(obj: Any, raw: bytes | None = None) -> Transaction:
     """Type-check a decoded msgpack object as a tx (E5, T2 lengths); ``raw`` if already known.
 
+    The common shape (every field of the expected msgpack type and size) is checked inline in
+    one pass; anything else takes the slow path, which names the first failure.
+
     Raises:
         EncodingError: wrong types, field sizes or array shapes.
     """
+    if type(obj) is list and len(obj) == 4:
+        version, kind, ins, outs = obj
+        if (
+            type(version) is int
+            and type(kind) is int
+            and 0 <= version <= U64
+            and 0 <= kind <= U64
+            and type(ins) is list
+            and type(outs) is list
+        ):
+            inputs = []
+            for i in ins:
+                if not (
+                    type(i) is list
+                    and len(i) == 4
+                    and type(i[0]) is bytes
+                    and type(i[1]) is int
+                    and type(i[2]) is bytes
+                    and type(i[3]) is bytes
+                    and len(i[0]) == 32
+                    and 0 <= i[1] <= U32
+                    and len(i[2]) == 32
+                    and len(i[3]) == 64
+                ):
+                    return _tx_from_obj_checked(obj, raw)
+                inputs.append(TxIn(*i))
+            outputs = []
+            for o in outs:
+                if not (
+                    type(o) is list
+                    and len(o) == 2
+                    and type(o[0]) is int
+                    and type(o[1]) is bytes
+                    and 0 <= o[0] <= U64
+                    and len(o[1]) == 32
+                ):
+                    return _tx_from_obj_checked(obj, raw)
+                outputs.append(TxOut(*o))
+            if raw is None:
+                raw = pack(obj)
+            h = _BLAKE2B_256.copy()
+            h.update(raw)
+            return Transaction(version, kind, tuple(inputs), tuple(outputs), raw, TxId(h.digest()))
+    return _tx_from_obj_checked(obj, raw)
+
+
+_BLAKE2B_256 = hashlib.blake2b(digest_size=32)
+"""An empty H state (E2): copying it is cheaper than a fresh ``blake2b(digest_size=32)``."""
+
+
+def _tx_from_obj_checked(obj: Any, raw: bytes | None) -> Transaction:
+    """The slow path of ``tx_from_obj``: field by field, naming the first failure (E5)."""
     fields = expect_list(obj, "tx", 4)
     version = expect_int(fields[0], "tx version", U64)
     kind = expect_int(fields[1], "tx kind", U64)
-    inputs = tuple(
-        [
-            TxIn(i[0], i[1], i[2], i[3]) if _is_input(i) else _input_from_obj(i)
-            for i in expect_list(fields[2], "tx inputs")
-        ]
-    )
-    outputs = tuple(
-        [
-            TxOut(o[0], o[1]) if _is_output(o) else _output_from_obj(o)
-            for o in expect_list(fields[3], "tx outputs")
-        ]
-    )
+    inputs = tuple([_input_from_obj(i) for i in expect_list(fields[2], "tx inputs")])
+    outputs = tuple([_output_from_obj(o) for o in expect_list(fields[3], "tx outputs")])
     if raw is None:
         raw = pack(obj)
     return Transaction(
         version, kind, inputs, outputs, raw, TxId(hashlib.blake2b(raw, digest_size=32).digest())
-    )
-
-
-def _is_input(i: Any) -> bool:
-    """Fast path of the E5 type check of one input (the slow path names the failure)."""
-    return (
-        type(i) is list
-        and len(i) == 4
-        and type(i[0]) is bytes
-        and len(i[0]) == 32
-        and type(i[1]) is int
-        and 0 <= i[1] <= U32
-        and type(i[2]) is bytes
-        and len(i[2]) == 32
-        and type(i[3]) is bytes
-        and len(i[3]) == 64
-    )
-
-
-def _is_output(o: Any) -> bool:
-    """Fast path of the E5 type check of one output."""
-    return (
-        type(o) is list
-        and len(o) == 2
-        and type(o[0]) is int
-        and 0 <= o[0] <= U64
-        and type(o[1]) is bytes
-        and len(o[1]) == 32
     )
 
 
