@@ -6,6 +6,8 @@ then reads the observer's final best chain through the core's own views (level s
 reward balances) and produces every ``metrics.json`` key of INTERFACES.md:
 
 - ``throughput_tps``: unique txs VALID in the observer's best chain per simulated second;
+  ``throughput_tps_second_half`` / ``offered_tps_second_half``: the same for txs first confirmed /
+  offered in the second half of the run (steady state, after the warm-ups);
 - ``duplicate_tx_rate``: tx inclusions in best-chain level sets that repeat an earlier txid, over
   all inclusions (C1; the later copy is INVALID ``double-spend``);
 - ``stale_milestone_rate``: milestone blocks mined that are not on the final best chain;
@@ -140,6 +142,11 @@ def compute_metrics(
         for t in ours
         if valid_in[t] in blocks
     ]
+    # Steady state (issue 8): the second half of the run, after the warm-ups (S1, Hr, the load's
+    # faucet fan-out); confirmations after the end (the drain) count, offers do not.
+    half_ms = duration_s * 500.0
+    late_confirmed = sum(1 for t in ours if confirmed.get(t, -1.0) >= half_ms)
+    late_offered = sum(1 for at in offered.values() if at >= half_ms)
     delays: list[float] = []
     for rec in blocks.values():
         delays.extend(rec.delays)
@@ -152,6 +159,8 @@ def compute_metrics(
     return {
         "offered_tps": round(len(offered) / duration_s, DIGITS),
         "throughput_tps": round(len(ours) / duration_s, DIGITS),
+        "offered_tps_second_half": round(late_offered / (duration_s / 2), DIGITS),
+        "throughput_tps_second_half": round(late_confirmed / (duration_s / 2), DIGITS),
         "duplicate_tx_rate": round(repeats / inclusions, DIGITS) if inclusions else 0.0,
         "blocks_per_s": round(len(blocks) / duration_s, DIGITS),
         "milestones_per_s": round((len(best) - 1) / duration_s, DIGITS),
