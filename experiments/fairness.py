@@ -15,6 +15,7 @@ three configurations, ``sdag`` with share weighting, ``sdag`` with uniform weigh
   same law scaled to a day (W = 86,400 s) is printed beside it.
 
     python experiments/fairness.py experiments/fairness.toml --seeds 1 2 --out out/fairness
+    python experiments/fairness.py --closed-form   # daily CV per share and block rate
 
 Writes ``fairness.csv`` (one row per configuration, seed and miner) and prints a markdown summary
 (the pool, and the mean over the small miners) for docs/experiments.md.
@@ -146,16 +147,43 @@ def _balance_at(snapshots: list[tuple[float, dict[bytes, int]]], root: bytes, t:
     return value
 
 
+CLOSED_FORM_RATES = {
+    "sdag, lambda = 8/s (mainnet: b = 80, tau = 10 s; these runs)": 8.0,
+    "nakamoto, tau = 2 s (these runs)": 0.5,
+    "nakamoto, tau = 10 s (mainnet tau)": 0.1,
+    "Bitcoin, 600 s": 1 / 600,
+}
+CLOSED_FORM_SHARES = (0.0001, 0.001, 0.01, 0.05)
+
+
+def closed_form_table() -> str:
+    """Markdown: CV of a miner's daily block count, 1 / sqrt(r * s * 86,400), per rate and share."""
+    lines = [
+        "| blocks earning rewards | " + " | ".join(f"s = {s:g}" for s in CLOSED_FORM_SHARES) + " |",
+        "|---|" + "---:|" * len(CLOSED_FORM_SHARES),
+    ]
+    for name, rate in CLOSED_FORM_RATES.items():
+        cells = [f"{1 / math.sqrt(rate * s * DAY_S):.3g}" for s in CLOSED_FORM_SHARES]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", type=Path)
+    parser.add_argument("scenario", type=Path, nargs="?")
+    parser.add_argument("--closed-form", action="store_true", help="print the daily-CV table only")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--window", type=float, default=60.0, help="income window, seconds")
     parser.add_argument("--skip", type=float, default=60.0, help="drop windows before this time")
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    if args.closed_form:
+        print(closed_form_table())
+        return 0
+    if args.scenario is None or args.out is None:
+        parser.error("a scenario and --out are needed unless --closed-form")
 
     table: list[dict[str, Any]] = []
     for name in args.configs:
