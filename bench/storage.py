@@ -17,6 +17,7 @@ Last line: ``restart_s_100k: <seconds>``.
 """
 
 import argparse
+import contextlib
 import gc
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dagchain.blocks import Block
 from dagchain.chain import Chain
 from dagchain.params import DEVNET
+from dagchain.storage import KVStore
 from dagchain.storage.leveldb import LevelDBStore
 from dagchain.storage.memory import MemoryStore
 from dagchain.types import BlockId
@@ -83,34 +85,58 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def child_apply(db: Path, blocks_file: Path, limit: int, sync: bool, copy_at: Path | None) -> None:
-    """Apply blocks to a LevelDB chain; print ``rate``, ``rss <n> <MB>`` lines (child process)."""
-    store = LevelDBStore(db, sync=sync)
+def child_apply(
+    db: Path, blocks_file: Path, limit: int, mode: str, copy_at: Path | None, marks: set[int]
+) -> None:
+    """Apply blocks to a chain; print ``rate <n> <blocks/s>`` and ``rss <n> <MB>`` (child process).
+
+    ``mode``: ``memory`` (MemoryStore), ``unsynced`` / ``synced`` (LevelDB, one batch per block
+    and per milestone, the relay path), ``levelset`` / ``levelset-unsynced`` (LevelDB, one
+    ``Chain.write_group`` batch per level set: blocks up to and including a milestone block, as
+    P9 applies downloaded level sets). Rates are printed at each of ``marks`` and at the end.
+    """
+    store: KVStore
+    if mode == "memory":
+        store = MemoryStore()
+    else:
+        store = LevelDBStore(db, sync=mode in ("synced", "levelset"))
     chain = Chain(PARAMS, store)
+    grouped = mode.startswith("levelset")
     gc.collect()
     print(f"rss 0 {rss_mb():.1f}", flush=True)
+    group = chain.write_group() if grouped else contextlib.nullcontext()
+    group.__enter__()
     start = time.perf_counter()
     n = 0
     for n, raw in enumerate(read_blocks(blocks_file, limit), 1):
-        chain.on_block(raw, NOW)
-        if n in (CHECKPOINT, limit):
+        if chain.on_block(raw, NOW).is_milestone and grouped:
+            group.__exit__(None, None, None)  # the level set's one synced batch
+            group = chain.write_group()
+            group.__enter__()
+        if n in marks or n in (CHECKPOINT, limit):
+            group.__exit__(None, None, None)
             paused = time.perf_counter()
-            gc.collect()
-            st = chain.state
-            held = len(st.blocks.recent) + len(st.meta.recent) + len(st.ls_height.recent)
-            print(f"rss {n} {rss_mb():.1f}", flush=True)
-            print(f"held {n} {held}", flush=True)
-            if n == CHECKPOINT and copy_at is not None:
-                store.close()
-                shutil.copytree(db, copy_at)
-                store = LevelDBStore(db, sync=sync, verify=False)
-                chain = Chain(PARAMS, store)
+            print(f"rate {n} {n / (paused - start):.1f}", flush=True)
+            if n in (CHECKPOINT, limit):
+                gc.collect()
+                st = chain.state
+                held = len(st.blocks.recent) + len(st.meta.recent) + len(st.ls_height.recent)
+                print(f"rss {n} {rss_mb():.1f}", flush=True)
+                print(f"held {n} {held}", flush=True)
+                if n == CHECKPOINT and copy_at is not None and isinstance(store, LevelDBStore):
+                    store.close()
+                    shutil.copytree(db, copy_at)
+                    store = LevelDBStore(db, sync=False, verify=False)
+                    chain = Chain(PARAMS, store)
+            group = chain.write_group() if grouped else contextlib.nullcontext()
+            group.__enter__()
             start += time.perf_counter() - paused
-    print(f"rate {n / (time.perf_counter() - start):.1f}", flush=True)
+    group.__exit__(None, None, None)
     store.close()
 
 
 def run_child(*args: str) -> dict[str, list[str]]:
+    """Run :func:`child_apply` in a fresh interpreter; its output lines by first word."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True
     ).stdout
@@ -130,43 +156,49 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=300_000)
     parser.add_argument("--synced-sample", type=int, default=1_000)
+    parser.add_argument("--levelset-sample", type=int, default=20_000)
     parser.add_argument("--out", type=Path, default=None, help="work directory (default: temp)")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        db, blocks_file, limit, sync, copy_at = args.child
+        db, blocks_file, limit, mode, copy_at, marks = args.child
         child_apply(
-            Path(db), Path(blocks_file), int(limit), sync == "1", Path(copy_at) if copy_at else None
+            Path(db),
+            Path(blocks_file),
+            int(limit),
+            mode,
+            Path(copy_at) if copy_at else None,
+            {int(m) for m in marks.split(",") if m},
         )
         return
     work = args.out or Path(tempfile.mkdtemp(prefix="dagchain-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     blocks_file = work / "blocks.bin"
     checkpoint = min(CHECKPOINT, args.blocks)
+    sample = min(args.synced_sample, args.blocks)
+    ls_sample = min(args.levelset_sample, args.blocks)
+    marks = f"{sample},{ls_sample}"
     print(f"generating {args.blocks} DEVNET blocks in {work} ...", file=sys.stderr)
-    t_memory = generate(args.blocks, blocks_file)
-    memory_rate = args.blocks / t_memory
+    t_generate = generate(args.blocks, blocks_file)
 
-    print("applying to LevelDB (unsynced batches) ...", file=sys.stderr)
+    def child(mode: str, limit: int, copy_at: str = "") -> dict[str, list[str]]:
+        print(f"applying {limit} blocks: {mode} ...", file=sys.stderr)
+        shutil.rmtree(work / mode, ignore_errors=True)
+        return run_child(str(work / mode), str(blocks_file), str(limit), mode, copy_at, marks)
+
+    def rates(res: dict[str, list[str]]) -> dict[int, float]:
+        return {int(n): float(r) for n, r in (x.split() for x in res["rate"])}
+
+    memory = rates(child("memory", args.blocks))
     copy_at = work / "db100k"
     shutil.rmtree(copy_at, ignore_errors=True)
-    shutil.rmtree(work / "db", ignore_errors=True)
-    res = run_child(
-        str(work / "db"),
-        str(blocks_file),
-        str(args.blocks),
-        "0",
-        str(copy_at) if args.blocks >= CHECKPOINT else "",
-    )
-    unsynced_rate = float(res["rate"][0])
+    res = child("unsynced", args.blocks, str(copy_at) if args.blocks >= CHECKPOINT else "")
+    unsynced = rates(res)
     rss = {int(n): float(mb) for n, mb in (r.split() for r in res["rss"])}
-    print("applying a sample to LevelDB (synced batches) ...", file=sys.stderr)
-    shutil.rmtree(work / "dbsync", ignore_errors=True)
-    sample = min(args.synced_sample, args.blocks)
-    synced = run_child(str(work / "dbsync"), str(blocks_file), str(sample), "1", "")
-    synced_rate = float(synced["rate"][0])
-
-    restart_db = copy_at if args.blocks >= CHECKPOINT else work / "db"
+    ls_unsynced = rates(child("levelset-unsynced", args.blocks))
+    ls_synced = rates(child("levelset", ls_sample))
+    synced = rates(child("synced", sample))
+    restart_db = copy_at if args.blocks >= CHECKPOINT else work / "unsynced"
     disk = du(restart_db)
     t0 = time.perf_counter()
     store = LevelDBStore(restart_db)
@@ -180,14 +212,22 @@ def main() -> None:
     restart_noverify_s = time.perf_counter() - t0
     store.close()
 
-    print(f"{'measure':46} {'value':>12}")
+    def rate_row(name: str, got: dict[int, float], n: int) -> list[tuple[str, str]]:
+        return [
+            (f"{name}, first {n} (blocks/s)", f"{got[n]:.0f}"),
+            (f"  ratio to memory over the same {n}", f"{got[n] / memory[n]:.3f}"),
+        ]
+
+    n_all = args.blocks
+    print(f"{'measure':58} {'value':>12}")
     rows = [
         ("blocks generated (DEVNET, empty)", f"{args.blocks}"),
-        ("apply rate, MemoryStore (blocks/s)", f"{memory_rate:.0f}"),
-        ("apply rate, LevelDB unsynced (blocks/s)", f"{unsynced_rate:.0f}"),
-        ("  ratio LevelDB unsynced / memory", f"{unsynced_rate / memory_rate:.2f}"),
-        (f"apply rate, LevelDB synced, first {sample} (blocks/s)", f"{synced_rate:.0f}"),
-        ("  ratio LevelDB synced / memory", f"{synced_rate / memory_rate:.3f}"),
+        ("apply rate while generating, MemoryStore (blocks/s)", f"{args.blocks / t_generate:.0f}"),
+        (f"apply rate, MemoryStore, first {n_all} (blocks/s)", f"{memory[n_all]:.0f}"),
+        *rate_row("LevelDB synced, one batch per level set", ls_synced, ls_sample),
+        *rate_row("LevelDB unsynced, one batch per level set", ls_unsynced, n_all),
+        *rate_row("LevelDB unsynced, one batch per block", unsynced, n_all),
+        *rate_row("LevelDB synced, one batch per block", synced, sample),
         (f"restart, {checkpoint} blocks, checksum scan (s)", f"{restart_s:.2f}"),
         (f"restart, {checkpoint} blocks, no scan (s)", f"{restart_noverify_s:.2f}"),
         ("  best height after restart", f"{height}"),
@@ -203,7 +243,7 @@ def main() -> None:
             )
         )
     for name, value in rows:
-        print(f"{name:46} {value:>12}")
+        print(f"{name:58} {value:>12}")
     if args.out is None:
         shutil.rmtree(work)
     print(f"restart_s_100k: {restart_s:.2f}")

@@ -652,8 +652,11 @@ class Chain:
             return found  # a pure function of M's past (dagchain.caches.LevelSetCache)
         st = self.state
         blocks = st.blocks
-        ls_height = st.ls_height
-        order = compute_level_set(ms, lambda b: blocks[b].header.links, ls_height.__contains__)
+        pending = st.pending
+        # in_earlier(b) = "b has an LS height in this ledger": every accepted block either has
+        # one or is pending, and the pending set is always whole in memory, so no store read
+        # for the new blocks (which have no x row yet; issue 3).
+        order = compute_level_set(ms, lambda b: blocks[b].header.links, lambda b: b not in pending)
         height = st.snapshots[ms].height
         delta = evaluate_level_set(
             ms, height, order, blocks.__getitem__, self._context, st, self.params, self.genesis.id

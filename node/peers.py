@@ -809,25 +809,29 @@ class PeerManager:
         passed go into the chain's signature cache first, so ``on_block`` skips T1-T6 for them.
         """
         cache = self.service.chain.signature_cache
-        for job, raws in self._plan.pop_ready(self.service.has_block, self._verified):
-            fut = self._verifying.pop(job.milestone.block_id, None)
-            if fut is not None and not fut.cancelled() and fut.exception() is None:
-                for txid in fut.result():
-                    cache.add(TxId(txid))
-            self._applying_sync = True
-            try:  # one synced batch per level set (§12 A1), events after it is written
-                self.service.submit_level_set(raws, peer.key)
-            except NotYetValid:
-                self._reset_sync()
-                return
-            except InvalidBlock as exc:
-                self._sync_failed(peer, f"level-set block {exc.rule}", 100)
-                return
-            finally:
-                self._applying_sync = False
-            if not self.service.has_block(job.milestone.block_id):
-                self._sync_failed(peer, "level set left its milestone an orphan", 50)
-                return
+        # The ready level sets go into one synced batch (§12 A1), and their events come after
+        # it is written, still under _applying_sync (not relayed).
+        self._applying_sync = True
+        try:
+            with self.service.sync_batch():
+                for job, raws in self._plan.pop_ready(self.service.has_block, self._verified):
+                    fut = self._verifying.pop(job.milestone.block_id, None)
+                    if fut is not None and not fut.cancelled() and fut.exception() is None:
+                        for txid in fut.result():
+                            cache.add(TxId(txid))
+                    try:
+                        self.service.submit_level_set(raws, peer.key)
+                    except NotYetValid:
+                        self._reset_sync()
+                        return
+                    except InvalidBlock as exc:
+                        self._sync_failed(peer, f"level-set block {exc.rule}", 100)
+                        return
+                    if not self.service.has_block(job.milestone.block_id):
+                        self._sync_failed(peer, "level set left its milestone an orphan", 50)
+                        return
+        finally:
+            self._applying_sync = False
 
     # ------------------------------------------------------------------ sync signature workers
     def _verified(self, job: LevelSetJob) -> bool:

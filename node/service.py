@@ -7,7 +7,8 @@ all go through this one object, so the chain is never touched from two places at
 """
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, final
 
@@ -80,6 +81,8 @@ class NodeService:
         self.reorg_count = 0
         self.readded_txs = 0
         """Txs of undone level sets that went back into the mempool (§4.4 policy)."""
+        self._deferred: list[tuple[BlockOutcome, int, str]] | None = None
+        """Inside :meth:`sync_batch`: accepted outcomes to report once the batch is written."""
 
     # ------------------------------------------------------------------ events
     def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
@@ -115,7 +118,8 @@ class NodeService:
         The blocks go through the chain inside :meth:`Chain.write_group`; the listeners and the
         mempool hear of them only after the group has been written, so nothing is announced
         before it is durable. If a block raises, the blocks before it are written and reported
-        as usual and the exception propagates.
+        as usual and the exception propagates. Inside :meth:`sync_batch` the level set joins
+        that batch and is reported when it is written.
 
         Raises:
             MalformedBlock, RejectedBlock, NotYetValid: as :meth:`submit_block`, for the first
@@ -131,11 +135,42 @@ class NodeService:
                 except (InvalidBlock, NotYetValid) as exc:
                     error = exc
                     break
-        for outcome in outcomes:
-            self._after_block(outcome, now, peer)
+        if self._deferred is not None:
+            self._deferred.extend((outcome, now, peer) for outcome in outcomes)
+        else:
+            for outcome in outcomes:
+                self._after_block(outcome, now, peer)
         if error is not None:
             raise error
         return outcomes
+
+    @contextmanager
+    def sync_batch(self) -> Iterator[None]:
+        """Consecutive downloaded level sets (P9) as one synced batch, events after it.
+
+        Every :meth:`submit_level_set` inside joins one :meth:`Chain.write_group`: a crash
+        leaves the store at a level-set boundary, and no block is announced before the batch
+        is written (§12: downloaded blocks are never acknowledged; docs/protocol.md Decisions).
+        Nested calls join the outer one.
+        """
+        if self._deferred is not None:
+            yield
+            return
+        deferred: list[tuple[BlockOutcome, int, str]] = []
+        self._deferred = deferred
+        body_error: BaseException | None = None
+        try:
+            with self.chain.write_group():
+                try:
+                    yield
+                except BaseException as exc:  # written too (complete units); re-raised below
+                    body_error = exc
+        finally:
+            self._deferred = None
+        for outcome, now, peer in deferred:
+            self._after_block(outcome, now, peer)
+        if body_error is not None:
+            raise body_error
 
     def _run_block(self, raw: bytes, now: int, peer: str) -> BlockOutcome:
         try:

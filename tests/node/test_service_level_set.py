@@ -63,3 +63,48 @@ def test_a_failing_block_keeps_and_reports_the_ones_before_it() -> None:
     assert node.chain.has_block(blocks[0].id)
     assert not node.chain.has_block(blocks[2].id)
     assert [(e.block_id, durable) for e, _, durable in seen] == [(blocks[0].id, True)]
+
+
+def two_level_sets() -> list[list[Block]]:
+    src = Node(DEVNET)
+    first = src.mine(src.genesis, register=ALICE)
+    ms1 = src.mine(first.id, ms=True)
+    second = src.mine(ms1.id)
+    ms2 = src.mine(second.id, ms=True)
+    return [[first, ms1], [second, ms2]]
+
+
+def test_a_sync_batch_writes_several_level_sets_once_and_reports_after() -> None:
+    sets = two_level_sets()
+    node, service, seen = receiver()
+    before = node.store.batches_written
+    with service.sync_batch():
+        for blocks in sets:
+            service.submit_level_set([b.raw for b in blocks], "peer")
+        assert seen == []  # nothing announced before the batch is written
+    assert node.store.batches_written - before == 1
+    assert node.chain.best_id == sets[1][1].id
+    assert [e.kind for e, _, _ in seen] == ["block", "block", "milestone"] * 2
+    assert all(not grouping and durable for _, grouping, durable in seen)
+
+
+def test_a_failing_level_set_in_a_sync_batch_keeps_the_ones_before() -> None:
+    sets = two_level_sets()
+    node, service, seen = receiver()
+    bad = bytearray(sets[1][1].raw)
+    bad[-1] ^= 1
+
+    def apply() -> None:
+        with service.sync_batch():
+            service.submit_level_set([b.raw for b in sets[0]], "peer")
+            service.submit_level_set([sets[1][0].raw, bytes(bad)], "peer")
+
+    with pytest.raises(InvalidBlock):
+        apply()
+    assert node.chain.best_id == sets[0][1].id
+    assert node.store.get(b"b" + sets[1][0].id) is not None
+    assert [e.block_id for e, _, _ in seen if e.kind == "block"] == [
+        sets[0][0].id,
+        sets[0][1].id,
+        sets[1][0].id,
+    ]
