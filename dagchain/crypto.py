@@ -17,19 +17,32 @@ _CTX = GLOBAL_CONTEXT.ctx
 
 def hash32(data: bytes) -> bytes:
     """H(x): BLAKE2b with a 32-byte digest, no key, salt or personalisation (E2)."""
-    return hashlib.blake2b(data, digest_size=32).digest()
+    h = _H.copy()
+    h.update(data)
+    return h.digest()
+
+
+_H = hashlib.blake2b(digest_size=32)
+"""The empty H state: copying it is cheaper than a fresh ``blake2b(digest_size=32)``."""
+_LEAF = hashlib.blake2b(b"\x00", digest_size=32)
+_NODE = hashlib.blake2b(b"\x01", digest_size=32)
 
 
 def merkle_root(txids: Sequence[bytes]) -> bytes:
     """Domain-separated merkle root (§2.4): leaf H(0x00‖txid), node H(0x01‖l‖r), odd promoted."""
     if not txids:
         return ZERO_HASH
-    level = [hashlib.blake2b(b"\x00" + t, digest_size=32).digest() for t in txids]
+    level = []
+    for t in txids:
+        h = _LEAF.copy()
+        h.update(t)
+        level.append(h.digest())
     while len(level) > 1:
-        nxt = [
-            hashlib.blake2b(b"\x01" + level[i] + level[i + 1], digest_size=32).digest()
-            for i in range(0, len(level) - 1, 2)
-        ]
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            h = _NODE.copy()
+            h.update(level[i] + level[i + 1])
+            nxt.append(h.digest())
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt

@@ -192,16 +192,18 @@ def decode_transaction(data: bytes, params: ConsensusParams) -> Transaction:
 
 def sighash_prefix(tx: Transaction, params: ConsensusParams) -> "hashlib.blake2b":
     """Hash state over everything but the input index (E7); ``copy()`` it per input."""
-    tag = _SIGHASH_PREFIXES.get(params.network_id)
-    if tag is None:
+    tagged = _SIGHASH_TAGGED.get(params.network_id)
+    if tagged is None:
         net = params.network_id.encode("ascii")
-        tag = _SIGHASH_PREFIXES[params.network_id] = _SIGHASH_TAG + bytes([len(net)]) + net
-    h = hashlib.blake2b(tag, digest_size=32)
+        tagged = hashlib.blake2b(_SIGHASH_TAG + bytes([len(net)]) + net, digest_size=32)
+        _SIGHASH_TAGGED[params.network_id] = tagged
+    h = tagged.copy()
     h.update(stripped_encoding(tx))
     return h
 
 
-_SIGHASH_PREFIXES: dict[str, bytes] = {}
+_SIGHASH_TAGGED: dict[str, "hashlib.blake2b"] = {}
+"""Per network id: the hash state after the E7 tag and network id, copied per transaction."""
 
 
 def stripped_encoding(tx: Transaction) -> bytes:
@@ -214,11 +216,19 @@ def stripped_encoding(tx: Transaction) -> bytes:
     """
     raw = tx.raw
     inputs = tx.inputs
-    pos = 1 + _uint_size(tx.version) + _uint_size(tx.kind) + _array_header_size(len(inputs))
+    version, kind = tx.version, tx.kind
+    count = len(inputs)
+    pos = (  # 94, version, kind, the inputs' array header
+        1
+        + (2 if version < 0x80 and kind < 0x80 else _uint_size(version) + _uint_size(kind))
+        + (1 if count < 16 else _array_header_size(count))
+    )
     parts = []
     start = 0
     for inp in inputs:
-        sig_at = pos + 35 + _uint_size(inp.out_index) + 34  # 94, c4 20 txid, index, c4 20 key
+        index = inp.out_index
+        sig_at = pos + 35 + (1 if index < 0x80 else _uint_size(index)) + 34
+        # 94, c4 20 txid, index, c4 20 key: then c4 40 and the signature
         if (
             len(inp.signature) != 64
             or len(inp.txid) != 32
@@ -264,6 +274,9 @@ def compute_sighash(tx: Transaction, index: int, params: ConsensusParams) -> byt
 def validate_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
     """T1-T5: version, kind, size, shape, amounts and duplicate inputs (no signatures).
 
+    The rules are checked in this order; the field lengths of T2 (which a decoded tx always has,
+    E5, but a locally built one may not) come last.
+
     Raises:
         InvalidTransaction: naming the failed rule.
     """
@@ -271,14 +284,16 @@ def validate_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
         raise InvalidTransaction("T1", "transaction too large", tx.txid)
     if tx.version != params.tx_version:
         raise InvalidTransaction("T1", f"unknown tx version {tx.version}", tx.txid)
-    if tx.kind == TxKind.TRANSFER:
-        _validate_transfer(tx, params)
-    elif tx.kind == TxKind.REGISTRATION:
+    kind = tx.kind
+    if kind == _TRANSFER:
+        lengths_ok = _validate_transfer(tx, params)
+    elif kind == _REGISTRATION:
         if tx.inputs or len(tx.outputs) != 1:
             raise InvalidTransaction("T2", "a registration has no inputs and one output", tx.txid)
         if tx.outputs[0].amount != 0:
             raise InvalidTransaction("T5", "registration output amount must be 0", tx.txid)
-    elif tx.kind == TxKind.REDEMPTION:
+        lengths_ok = _lengths_ok(tx)
+    elif kind == _REDEMPTION:
         if len(tx.inputs) != 1 or tx.inputs[0].out_index != REDEMPTION_INDEX:
             raise InvalidTransaction("T2", "a redemption has one anchor input", tx.txid)
         if not 1 <= len(tx.outputs) <= 2:
@@ -287,42 +302,65 @@ def validate_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
             raise InvalidTransaction("T5", "redemption output[0] amount must be 0", tx.txid)
         if len(tx.outputs) == 2 and not 1 <= tx.outputs[1].amount <= params.max_money:
             raise InvalidTransaction("T5", "redemption claim out of range", tx.txid)
+        lengths_ok = _lengths_ok(tx)
     else:
         raise InvalidTransaction("T1", f"unknown tx kind {tx.kind}", tx.txid)
-    # Decoded txs already have these lengths (E5); a locally built one may not.
-    if any(
-        len(i.txid) != 32 or len(i.pubkey) != 32 or len(i.signature) != 64 for i in tx.inputs
-    ) or any(len(o.address) != 32 for o in tx.outputs):
+    if not lengths_ok:
         raise InvalidTransaction("T2", "a txid, key, signature or address length", tx.txid)
 
 
-def _validate_transfer(tx: Transaction, params: ConsensusParams) -> None:
-    if not 1 <= len(tx.inputs) <= params.max_tx_inputs:
+_TRANSFER = int(TxKind.TRANSFER)
+_REGISTRATION = int(TxKind.REGISTRATION)
+_REDEMPTION = int(TxKind.REDEMPTION)
+
+
+def _lengths_ok(tx: Transaction) -> bool:
+    """T2 field lengths: 32-byte txids, keys and addresses, 64-byte signatures."""
+    return all(
+        len(i.txid) == 32 and len(i.pubkey) == 32 and len(i.signature) == 64 for i in tx.inputs
+    ) and all(len(o.address) == 32 for o in tx.outputs)
+
+
+def _validate_transfer(tx: Transaction, params: ConsensusParams) -> bool:
+    """T2-T4 of a TRANSFER (raising), in one pass that also returns ``_lengths_ok(tx)``."""
+    inputs, outputs = tx.inputs, tx.outputs
+    if not 1 <= len(inputs) <= params.max_tx_inputs:
         raise InvalidTransaction("T2", "a transfer has 1..max_tx_inputs inputs", tx.txid)
-    if not 1 <= len(tx.outputs) <= params.max_tx_outputs:
+    if not 1 <= len(outputs) <= params.max_tx_outputs:
         raise InvalidTransaction("T2", "a transfer has 1..max_tx_outputs outputs", tx.txid)
+    max_money = params.max_money
+    lengths_ok = True
     total = 0
-    for out in tx.outputs:
-        if not 1 <= out.amount <= params.max_money:
+    for out in outputs:
+        amount = out.amount
+        if not 1 <= amount <= max_money:
             raise InvalidTransaction("T3", "output amount out of range", tx.txid)
-        total += out.amount
-    if total > params.max_money:
+        total += amount
+        if len(out.address) != 32:
+            lengths_ok = False
+    if total > max_money:
         raise InvalidTransaction("T3", "sum of outputs exceeds max_money", tx.txid)
-    outpoints = set()
-    for inp in tx.inputs:
+    for inp in inputs:
         if inp.out_index == REDEMPTION_INDEX:
             raise InvalidTransaction("T3", "out_index 0xFFFFFFFF is reserved", tx.txid)
-        outpoints.add((inp.txid, inp.out_index))
-    if len(outpoints) != len(tx.inputs):
+        if len(inp.txid) != 32 or len(inp.pubkey) != 32 or len(inp.signature) != 64:
+            lengths_ok = False
+    if len(inputs) > 1 and len({(i.txid, i.out_index) for i in inputs}) != len(inputs):
         raise InvalidTransaction("T4", "two inputs spend the same outpoint", tx.txid)
+    return lengths_ok
 
 
 def verify_tx_signatures(tx: Transaction, params: ConsensusParams) -> bool:
     """T6: every input's BIP340 signature over sighash(tx, i) verifies."""
-    if not tx.inputs:
+    inputs = tx.inputs
+    if not inputs:
         return True
     prefix = sighash_prefix(tx, params)
-    for index, inp in enumerate(tx.inputs):
+    if len(inputs) == 1:  # the common case: no copy of the prefix state
+        inp = inputs[0]
+        prefix.update(b"\x00\x00\x00\x00")
+        return verify_schnorr(inp.pubkey, inp.signature, prefix.digest())
+    for index, inp in enumerate(inputs):
         h = prefix.copy()
         h.update(index.to_bytes(4, "little"))
         if not verify_schnorr(inp.pubkey, inp.signature, h.digest()):
