@@ -9,7 +9,7 @@ transaction never raises: it gets an INVALID reason and its block stays.
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from dagchain.blocks import Block
 from dagchain.crypto import address_from_pubkey as _address_of
@@ -23,13 +23,17 @@ from dagchain.types import Address, BlockId, TxId
 Outpoint = tuple[bytes, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Utxo:
-    """An unspent output: amount, address and the LS height of the tx that created it."""
+    """An unspent output: amount, address and the LS height of the tx that created it.
 
-    amount: int
-    address: Address
-    height: int
+    Read-only (``Final`` fields, checked by mypy) rather than ``frozen=True``, like ``TxIn``: one
+    is built per created output on the ledger's hot path (see ``dagchain.transactions``).
+    """
+
+    amount: Final[int]
+    address: Final[Address]
+    height: Final[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +73,14 @@ class LedgerView(Protocol):
         """True if ``txid`` is a VALID redemption in this chain (R4 b)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class SpentOutput:
-    """A UTXO consumed by the level set, with what undo needs to restore it."""
+    """A UTXO consumed by the level set, with what undo needs to restore it (read-only, as Utxo)."""
 
-    txid: TxId
-    index: int
-    utxo: Utxo
-    spending_txid: TxId
+    txid: Final[TxId]
+    index: Final[int]
+    utxo: Final[Utxo]
+    spending_txid: Final[TxId]
 
 
 @dataclass(frozen=True, slots=True)
