@@ -14,8 +14,10 @@ Run: ``python bench/storage.py [--blocks 300000] [--levelset-sample 20000] [--sy
    per block (the relay path: A1 before acknowledgement). The full-length runs are repeated
    ``--repeat`` times, interleaved, and the best rate of each kept (the machine is shared).
    Every ratio compares rates over the same first n blocks.
-3. The unsynced per-block child reads VmRSS after 100,000 blocks and at the end (after
-   ``gc.collect()``; blocks streamed from the file) and copies the database at 100,000 blocks;
+3. The unsynced per-block child reads VmRSS (resident now) and VmHWM (the peak so far) after
+   100,000 blocks and at the end (after ``gc.collect()``; blocks streamed from the file): VmRSS
+   swings by a third with the memtable's fill and glibc's free lists, so the peak is the growth
+   measure. It also copies the database at 100,000 blocks;
    ``Chain(params, LevelDBStore(path))`` on that copy is the restart time (checksum scan of every
    table + recovery; and without the scan); bytes on disk per block are the copy's size.
 4. Full blocks: ``--full-blocks`` blocks of 128 signed transactions (bench/core.py's workload, 8
@@ -85,10 +87,10 @@ def read_blocks(path: Path, limit: int) -> Iterator[bytes]:
             yield f.read(int.from_bytes(head, "big"))
 
 
-def rss_mb() -> float:
-    """Resident set size of this process (VmRSS), in MB."""
+def rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident set size now (``VmRSS``) or at its peak (``VmHWM``), in MB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -135,6 +137,7 @@ def child_apply(
                 st = chain.state
                 held = len(st.blocks.recent) + len(st.meta.recent) + len(st.ls_height.recent)
                 print(f"rss {n} {rss_mb():.1f}", flush=True)
+                print(f"hwm {n} {rss_mb('VmHWM'):.1f}", flush=True)
                 print(f"held {n} {held}", flush=True)
                 if n == CHECKPOINT and copy_at is not None and isinstance(store, LevelDBStore):
                     store.close()
@@ -307,13 +310,21 @@ def main() -> None:
         ("  best height after restart", f"{height}"),
         ("bytes on disk per block", f"{disk / checkpoint:.0f}"),
     ]
+    hwm = {int(n): float(mb) for n, mb in (r.split() for r in res["hwm"])}
     rows += [(f"RSS after {n} blocks (MB)", f"{mb:.1f}") for n, mb in sorted(rss.items())]
+    rows += [(f"peak RSS up to {n} blocks (MB)", f"{mb:.1f}") for n, mb in sorted(hwm.items())]
     rows += [(f"  block/meta/LS-height rows in memory at {r}", "") for r in res.get("held", [])]
     if CHECKPOINT in rss and args.blocks > CHECKPOINT:
         rows.append(
             (
                 f"  RSS ratio {args.blocks} / {CHECKPOINT}",
                 f"{rss[args.blocks] / rss[CHECKPOINT]:.2f}",
+            )
+        )
+        rows.append(
+            (
+                f"  peak RSS ratio {args.blocks} / {CHECKPOINT}",
+                f"{hwm[args.blocks] / hwm[CHECKPOINT]:.2f}",
             )
         )
     for name, value in rows:

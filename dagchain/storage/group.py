@@ -27,16 +27,24 @@ from dagchain.storage import KVStore, WriteBatch
 class _Collector:
     """A batch inside a group: puts and deletes, merged into the overlay on a clean exit."""
 
-    __slots__ = ("ops", "put")
+    __slots__ = ("_owner", "ops", "put")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: "GroupingStore") -> None:
         ops: dict[bytes, bytes | None] = {}
+        self._owner = owner
         self.ops = ops
         self.put: Callable[[bytes, bytes], None] = ops.__setitem__
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the group is written."""
         self.ops[key] = None
+
+    def __enter__(self) -> WriteBatch:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._owner._merge(self.ops)
 
 
 @final
@@ -97,14 +105,14 @@ class GroupingStore:
                             put(key, value)
                 self.groups_written += 1
 
-    @contextmanager
-    def _collect(self) -> Iterator[WriteBatch]:
-        collector = _Collector()
-        yield collector
+    def _collect(self) -> _Collector:
+        return _Collector(self)
+
+    def _merge(self, ops: dict[bytes, bytes | None]) -> None:
         overlay = self._overlay
         if overlay is None:  # pragma: no cover - a batch may not outlive its group
             raise RuntimeError("a grouped batch was closed after its group ended")
-        overlay.update(collector.ops)
+        overlay.update(ops)
         self.batches_grouped += 1
 
     def _overlay_get(self, key: bytes) -> bytes | None:

@@ -13,7 +13,6 @@ create a fresh, empty database over them).
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, final
 
@@ -114,14 +113,9 @@ class LevelDBStore:
         except self._plyvel.Error as exc:
             raise self._error("cannot read", exc) from None
 
-    @contextmanager
-    def write_batch(self) -> Iterator[WriteBatch]:
+    def write_batch(self) -> "_Transaction":
         """A transaction: written (and fsynced) only if the ``with`` block raises nothing."""
-        try:
-            with self._db.write_batch(transaction=True, sync=self._sync) as wb:
-                yield wb
-        except self._plyvel.Error as exc:
-            raise self._error("cannot write", exc) from None
+        return _Transaction(self)
 
     def close(self) -> None:
         """Close the database and release its lock."""
@@ -131,6 +125,37 @@ class LevelDBStore:
     def closed(self) -> bool:
         """True once :meth:`close` has run."""
         return bool(self._db.closed)
+
+
+@final
+class _Transaction:
+    """``with store.write_batch() as wb``: plyvel's batch, written on a clean exit only.
+
+    A class rather than a generator context manager: one is opened per block and per
+    milestone, so its cost counts (issue 3).
+    """
+
+    __slots__ = ("_batch", "_store")
+
+    def __init__(self, store: LevelDBStore) -> None:
+        self._store = store
+        self._batch: Any = None
+
+    def __enter__(self) -> WriteBatch:
+        store = self._store
+        self._batch = store._db.write_batch(sync=store._sync)
+        batch: WriteBatch = self._batch
+        return batch
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        batch, self._batch = self._batch, None
+        if exc_type is not None:
+            batch.clear()
+            return
+        try:
+            batch.write()
+        except self._store._plyvel.Error as error:
+            raise self._store._error("cannot write", error) from None
 
 
 def _check_directory(path: Path) -> None:
