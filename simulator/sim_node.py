@@ -1,4 +1,4 @@
-"""SimNode: a real ``dagchain.Chain`` and ``Mempool`` on a ``MemoryStore``, fed by the network.
+"""SimNode: a real ``dagchain.Chain`` and ``Mempool`` on an in-memory store, fed by the network.
 
 Blocks and transactions arrive as their real canonical bytes and go through the real acceptance
 procedure (``Chain.on_block``) and mempool admission (``Chain.check_transaction`` then
@@ -19,10 +19,10 @@ from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid, Reason
 from dagchain.mempool import Mempool, MempoolError
 from dagchain.params import ConsensusParams
-from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
 from simulator.knowledge import Knowledge
+from simulator.store import SimStore
 
 
 class Hub(Protocol):
@@ -82,7 +82,7 @@ class SimNode:
         # pure function of the milestone's past).
         self.chain = Chain(
             params,
-            MemoryStore(),
+            SimStore(),
             signature_cache=sig_cache,
             decode_cache=decode_cache,
             level_set_cache=ls_cache,

@@ -1,12 +1,16 @@
-"""The shared level-set memo (dagchain.caches.LevelSetCache) changes no node's stored state."""
+"""Simulated nodes store what a plain Chain stores.
+
+Their shared level-set memo (dagchain.caches.LevelSetCache) and their SimStore change no row.
+"""
 
 from dagchain.chain import Chain
 from dagchain.storage.memory import MemoryStore
 from simulator.scenario import load_scenario
 from simulator.simulation import Simulation
+from simulator.store import SimStore
 
 
-def test_nodes_sharing_evaluations_store_what_a_chain_without_the_memo_stores() -> None:
+def test_nodes_store_what_a_memory_store_chain_without_the_memo_stores() -> None:
     # Fast milestones and slow links: nodes see different orders, forks and reorgs, so a node
     # applies evaluations made by another node on another branch history.
     scenario = load_scenario(
@@ -38,6 +42,6 @@ def test_nodes_sharing_evaluations_store_what_a_chain_without_the_memo_stores() 
             fresh.on_block(block.raw, now)
         assert fresh.best_id == chain.best_id
         store = chain.store
-        assert isinstance(store, MemoryStore)
+        assert isinstance(store, SimStore)
         assert isinstance(fresh.store, MemoryStore)
         assert store.snapshot() == fresh.store.snapshot()
