@@ -12,15 +12,18 @@ import gc
 import pstats
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dagchain.chain as chain_module
 from dagchain.blocks import Block, decode_block
 from dagchain.chain import Chain
 from dagchain.genesis import FAUCET_SECRET
 from dagchain.levelset import compute_level_set
 from dagchain.params import SIM, ConsensusParams
+from dagchain.state import ChainState
 from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import TxKind, TxOut, sign_transaction, verify_tx_signatures
 from dagchain.types import Address, BlockId, TxId
@@ -111,14 +114,73 @@ def _copy(store: MemoryStore) -> MemoryStore:
 
 
 def time_full(params: ConsensusParams, store: MemoryStore, blocks: list[Block]) -> float:
-    """Seconds to run on_block over every block on a fresh chain reopened from ``store``."""
+    """Seconds to run on_block over every block on a fresh chain reopened from ``store``.
+
+    The previous run's chain is cyclic garbage: it is collected before the clock starts, so
+    every run's full GC collections scan the same heap.
+    """
     chain = Chain(params, _copy(store))
+    gc.collect()
     start = time.perf_counter()
     for b in blocks:
         chain.on_block(b.raw, NOW)
     elapsed = time.perf_counter() - start
     assert chain.best_height >= len(blocks) // BLOCKS_PER_LEVEL_SET, "milestones not applied"
     return elapsed
+
+
+PHASES = (
+    ("decode (H1)", chain_module, "decode_block"),
+    ("merkle root (H7)", chain_module, "compute_merkle_root"),
+    ("stateless T1-T5 (H6, H8, H10)", Chain, "_check_body"),
+    ("signatures (T6, H9)", chain_module, "verify_tx_signatures"),
+    ("A1 batch", ChainState, "write_accept"),
+    ("level-set order (L2)", chain_module, "compute_level_set"),
+    ("ledger evaluation (V1-V8)", chain_module, "evaluate_level_set"),
+    ("A2+A3 batch", ChainState, "write_apply"),
+)
+"""Functions timed by ``--phases``: (label, where it is looked up by Chain, attribute)."""
+
+
+def time_phases(
+    params: ConsensusParams, store: MemoryStore, blocks: list[Block], runs: int
+) -> dict[str, float]:
+    """CPU seconds per phase (best of ``runs``), by wrapping the functions ``Chain`` calls.
+
+    CPU time (``time.process_time``) rather than wall time: on a shared machine it leaves out
+    the time other processes hold the core. ``other`` is ``on_block`` minus the phases (header
+    and DAG checks, the signature cache, fork choice, and most garbage collection).
+    """
+    spent: dict[str, float] = {}
+    originals = [(owner, name, getattr(owner, name)) for _, owner, name in PHASES]
+
+    def timed(label: str, fn: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            t = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - t
+
+        return wrapper
+
+    best: dict[str, float] = {}
+    try:
+        for label, owner, name in PHASES:
+            setattr(owner, name, timed(label, getattr(owner, name)))
+        on_block = Chain.on_block
+        Chain.on_block = timed("on_block", on_block)  # type: ignore[method-assign,assignment]
+        for _ in range(runs):
+            spent.clear()
+            time_full(params, store, blocks)
+            for label, secs in spent.items():
+                best[label] = min(best.get(label, secs), secs)
+    finally:
+        Chain.on_block = on_block  # type: ignore[method-assign]
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+    best["other"] = best["on_block"] - sum(best[label] for label, _, _ in PHASES)
+    return best
 
 
 def time_levelset(n: int) -> float:
@@ -143,6 +205,9 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=48, help="blocks of 128 txs to time")
     parser.add_argument("--levelset-blocks", type=int, default=10_000)
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the full run")
+    parser.add_argument(
+        "--phases", action="store_true", help="print CPU microseconds per tx of each phase"
+    )
     args = parser.parse_args()
     params = bench_params()
     print(f"building {args.blocks} blocks of {TXS_PER_BLOCK} signed txs ...", file=sys.stderr)
@@ -168,6 +233,15 @@ def main() -> None:
     gc.freeze()  # as a long-running node does after loading: old objects leave GC scans
     t_full = min(time_full(params, store, blocks) for _ in range(3))
     t_ls = time_levelset(args.levelset_blocks)
+    if args.phases:
+        phases = time_phases(params, store, blocks, 3)
+        total = phases.pop("on_block")
+        print(f"{'phase (CPU, best of 3)':34} {'us/tx':>9}")
+        for label, secs in phases.items():
+            print(f"{label:34} {secs / ntx * 1e6:9.2f}")
+        sig = phases["signatures (T6, H9)"]
+        print(f"{'everything but signatures':34} {(total - sig) / ntx * 1e6:9.2f}")
+        print(f"{'on_block':34} {total / ntx * 1e6:9.2f}")
 
     rows = [
         ("decode blocks (H1, E3-E6)", t_decode, ntx / t_decode),

@@ -102,7 +102,7 @@ def decode_block(data: bytes, params: ConsensusParams) -> Block:
     Raises:
         EncodingError: any decoding failure (the caller's verdict is MALFORMED).
     """
-    obj = unpack_canonical(data, params.max_block_bytes)
+    obj = unpack_canonical(data, params.max_block_bytes, tuples=True)
     header_bin, tx_objs = expect_list(obj, "block", 2)
     header = decode_header(expect_bin(header_bin, "header", HEADER_SIZE))
     tx_list = expect_list(tx_objs, "block txs")

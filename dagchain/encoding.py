@@ -26,10 +26,13 @@ def packer() -> Callable[[Any], bytes]:
     return msgpack.Packer(use_bin_type=True).pack  # type: ignore[no-any-return]
 
 
-def unpack_canonical(data: bytes, max_bytes: int) -> Any:
+def unpack_canonical(data: bytes, max_bytes: int, *, tuples: bool = False) -> Any:
     """Unpack one top-level object and require canonical bytes (E3, E4, E6).
 
     Only msgpack arrays, bins and non-negative ints may appear; callers type-check the shape.
+    Arrays come back as lists, or as tuples with ``tuples=True``: the block and tx decoders use
+    tuples because a tuple holding only ints and bytes leaves the garbage collector's scans
+    after its first one (a list never does), which saves ~3 µs per decoded tx (issue 2).
 
     Raises:
         EncodingError: oversized input, trailing bytes, undecodable or non-canonical bytes.
@@ -37,7 +40,7 @@ def unpack_canonical(data: bytes, max_bytes: int) -> Any:
     if len(data) > max_bytes:
         raise EncodingError(f"{len(data)} bytes exceed the limit of {max_bytes}")
     try:
-        obj = msgpack.unpackb(data, use_list=True, raw=False, strict_map_key=True)
+        obj = msgpack.unpackb(data, use_list=not tuples, raw=False, strict_map_key=True)
     except msgpack.ExtraData:
         raise EncodingError("trailing bytes after the top-level object") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
@@ -51,9 +54,9 @@ def unpack_canonical(data: bytes, max_bytes: int) -> Any:
     return obj
 
 
-def expect_list(obj: Any, what: str, length: int | None = None) -> list[Any]:
-    """Type check: a msgpack array (of an exact length when given)."""
-    if type(obj) is not list:
+def expect_list(obj: Any, what: str, length: int | None = None) -> list[Any] | tuple[Any, ...]:
+    """Type check: a msgpack array (a list, or a tuple), of an exact length when given."""
+    if type(obj) is not list and type(obj) is not tuple:
         raise EncodingError(f"{what}: expected an array")
     if length is not None and len(obj) != length:
         raise EncodingError(f"{what}: expected {length} entries, got {len(obj)}")

@@ -104,6 +104,7 @@ class _Overlay:
 
     def __init__(self, view: LedgerView) -> None:
         self.view = view
+        self.view_utxo = view.get_utxo
         self.created: dict[tuple[TxId, int], Utxo] = {}
         self.spent: dict[Outpoint, TxId] = {}
         self.spent_list: list[SpentOutput] = []
@@ -225,19 +226,18 @@ def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[in
     repeat of an already VALID tx) finds it spent and is INVALID ``double-spend``. The rules are
     checked in their order over all inputs: V6 for every input, then V7, then V8.
     """
-    spent, created, view_utxo = overlay.spent, overlay.created, overlay.view.get_utxo
-    inputs = tx.inputs
-    found: list[Utxo] = []
-    for inp in inputs:  # V6
+    spent, created, view_utxo = overlay.spent, overlay.created, overlay.view_utxo
+    found = []
+    for inp in tx.inputs:  # V6
         op = (inp.txid, inp.out_index)
         utxo = None if op in spent else (created.get(op) or view_utxo(op))
         if utxo is None:
             return (_DOUBLE_SPEND if overlay.was_spent(op) else _MISSING_INPUT), 0
-        found.append(utxo)
+        found.append((op, inp.pubkey, utxo))
     total_in = 0
-    for inp, utxo in zip(inputs, found, strict=True):  # V7: address = H(key) (E8)
+    for _, pubkey, utxo in found:  # V7: address = H(key) (E8)
         h = _BLAKE2B_256.copy()
-        h.update(inp.pubkey)
+        h.update(pubkey)
         if h.digest() != utxo.address:
             return _WRONG_KEY, 0
         total_in += utxo.amount
@@ -249,9 +249,9 @@ def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[in
         return _OVERSPEND, 0
     txid = tx.txid
     spent_list = overlay.spent_list
-    for inp, utxo in zip(inputs, found, strict=True):
-        spent[(inp.txid, inp.out_index)] = txid
-        spent_list.append(SpentOutput(inp.txid, inp.out_index, utxo, txid))
+    for op, _, utxo in found:
+        spent[op] = txid
+        spent_list.append(SpentOutput(op[0], op[1], utxo, txid))
     for index, out in enumerate(outputs):
         created[(txid, index)] = Utxo(out.amount, out.address, height)
     return _VALID, total_in - total_out

@@ -284,8 +284,9 @@ class ChainState:
             wb.put(S.P_META + bid, meta_row(meta))
             if new_peer_head:
                 wb.put(S.P_PEER_HEAD + meta.root, S.encode_row([bid, meta.peer_height]))
+            put, empty, tx_index = wb.put, S.EMPTY_ROW, S.P_TX_INDEX
             for tx in block.txs:
-                wb.put(S.P_TX_INDEX + tx.txid + bid, S.EMPTY_ROW)
+                put(tx_index + tx.txid + bid, empty)
             wb.put(S.P_PENDING + bid, S.EMPTY_ROW)
             wb.put(S.META_SEQ, S.encode_row([meta.seq + 1]))
             if snapshot is not None:

@@ -101,26 +101,27 @@ def make_transaction(
 def tx_from_obj(obj: Any, raw: bytes | None = None) -> Transaction:
     """Type-check a decoded msgpack object as a tx (E5, T2 lengths); ``raw`` if already known.
 
-    The common shape (every field of the expected msgpack type and size) is checked inline in
-    one pass; anything else takes the slow path, which names the first failure.
+    ``obj`` comes from ``unpack_canonical(..., tuples=True)``: the common shape (arrays as
+    tuples, every field of the expected msgpack type and size) is checked inline in one pass;
+    anything else (lists included) takes the slow path, which names the first failure.
 
     Raises:
         EncodingError: wrong types, field sizes or array shapes.
     """
-    if type(obj) is list and len(obj) == 4:
+    if type(obj) is tuple and len(obj) == 4:
         version, kind, ins, outs = obj
         if (
             type(version) is int
             and type(kind) is int
             and 0 <= version <= U64
             and 0 <= kind <= U64
-            and type(ins) is list
-            and type(outs) is list
+            and type(ins) is tuple
+            and type(outs) is tuple
         ):
             inputs = []
             for i in ins:
                 if not (
-                    type(i) is list
+                    type(i) is tuple
                     and len(i) == 4
                     and type(i[0]) is bytes
                     and type(i[1]) is int
@@ -136,7 +137,7 @@ def tx_from_obj(obj: Any, raw: bytes | None = None) -> Transaction:
             outputs = []
             for o in outs:
                 if not (
-                    type(o) is list
+                    type(o) is tuple
                     and len(o) == 2
                     and type(o[0]) is int
                     and type(o[1]) is bytes
@@ -194,7 +195,7 @@ def decode_transaction(data: bytes, params: ConsensusParams) -> Transaction:
     Raises:
         EncodingError: not a canonical tx encoding of at most ``max_tx_bytes``.
     """
-    return tx_from_obj(unpack_canonical(data, params.max_tx_bytes), bytes(data))
+    return tx_from_obj(unpack_canonical(data, params.max_tx_bytes, tuples=True), bytes(data))
 
 
 def sighash_prefix(tx: Transaction, params: ConsensusParams) -> "hashlib.blake2b":
