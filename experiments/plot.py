@@ -5,6 +5,8 @@ mixes protocols in a protocol x load grid; this draws each group separately, one
 
     python experiments/plot.py out/capacity/sweep.csv --x load.tps --by protocol \\
         --y throughput_tps confirmation_latency_s.p50 --out docs/experiments/capacity.png
+
+``--where load.tps=200`` keeps only the rows with that exact value (several conditions allowed).
 """
 
 import argparse
@@ -19,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--x", required=True, help="column on the x axis (numbers or fractions)")
     parser.add_argument("--y", nargs="+", required=True, help="one panel per column")
     parser.add_argument("--by", help="one line per value of this column")
+    parser.add_argument(
+        "--where", nargs="*", default=[], metavar="COL=VALUE", help="keep only matching rows"
+    )
     parser.add_argument("--logx", action="store_true")
     parser.add_argument("--logy", action="store_true")
     parser.add_argument("--out", type=Path, required=True)
@@ -31,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with args.csv.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
+    for cond in args.where:
+        col, _, value = cond.partition("=")
+        rows = [r for r in rows if r[col] == value]
+    if not rows:
+        parser.error("no rows left after --where")
     groups = sorted({r[args.by] for r in rows}) if args.by else [""]
     fig, axes = plt.subplots(1, len(args.y), figsize=(4.2 * len(args.y), 3.4), squeeze=False)
     for ax, y in zip(axes[0], args.y, strict=True):
