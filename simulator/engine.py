@@ -7,6 +7,7 @@ callback ends the run (SimPy's rule: an unexpected error is a bug, not a dropped
 """
 
 import heapq
+import math
 from collections.abc import Callable
 from typing import Any, final
 
@@ -56,25 +57,44 @@ class Engine:
     ) -> None:
         """Run events in (time, seq) order until none is left or the next is after ``until_ms``.
 
-        ``progress(now_ms)`` is called every 4,096 events (the CLI's progress bar).
+        ``progress(now_ms)`` is called every 4,096 events (the CLI's progress bar). ``events``
+        is brought up to date before each ``progress`` call and when the run returns or raises.
         """
         heap = self._heap
         cancelled = self._cancelled
         pop = heapq.heappop
-        while heap:
-            if until_ms is not None and heap[0][0] > until_ms:
-                break
-            time_ms, seq, callback, args = pop(heap)
-            if cancelled and seq in cancelled:
-                cancelled.discard(seq)
-                continue
-            self.now_ms = time_ms
-            callback(*args)
-            self.events += 1
-            if progress is not None and not self.events & 4095:
-                progress(time_ms)
+        limit = math.inf if until_ms is None else until_ms
+        events = self.events
+        try:
+            while heap and heap[0][0] <= limit:
+                time_ms, seq, callback, args = pop(heap)
+                if cancelled and seq in cancelled:
+                    cancelled.discard(seq)
+                    continue
+                self.now_ms = time_ms
+                callback(*args)
+                events += 1
+                if progress is not None and not events & 4095:
+                    self.events = events
+                    progress(time_ms)
+        finally:
+            self.events = events
         if until_ms is not None and self.now_ms < until_ms:
             self.now_ms = until_ms
+
+    def schedule_each(
+        self, callback: Callback, timed_args: list[tuple[float, tuple[Any, ...]]]
+    ) -> None:
+        """``schedule_at(time_ms, callback, *args)`` for each (time_ms, args), in list order."""
+        now, heap, push = self.now_ms, self._heap, heapq.heappush
+        seq = self._seq
+        for time_ms, args in timed_args:
+            if time_ms < now:
+                self._seq = seq
+                raise ValueError(f"cannot schedule at {time_ms} ms, now is {now} ms")
+            push(heap, (time_ms, seq, callback, args))
+            seq += 1
+        self._seq = seq
 
 
 __all__ = ["Callback", "Engine"]

@@ -142,6 +142,8 @@ class Network:
     ) -> list[tuple[int, float]]:
         """Push one ``size``-byte item from ``src`` to its neighbours; returns (peer, arrival).
 
+        Each send returned is also entered in ``pending``.
+
         Skipped, in link order: ``exclude``, peers in ``known``, and peers whose copy in flight
         (``pending``: peer -> arrival) lands no later than ours could even without queueing (no
         getdata to us, so no bytes). A peer whose copy in flight lands no later than our
@@ -172,6 +174,7 @@ class Network:
                 at = done + latency + processing
             if earlier is not None and earlier <= at:
                 continue
+            pending[peer] = at
             out.append((peer, at))
         self.messages += sent
         self.bytes_sent += size * sent

@@ -125,35 +125,33 @@ class Simulation:
         pending = inflight.get(key)
         if pending is None:
             pending = inflight[key] = {}
-        now = self.engine.now_ms
         sends = self.network.fan_out(
-            src, len(raw) + FRAME_OVERHEAD_BYTES, now, exclude, known, pending
+            src, len(raw) + FRAME_OVERHEAD_BYTES, self.engine.now_ms, exclude, known, pending
         )
         if not sends:
             if not pending:
                 del inflight[key]
             return
-        deliver = self._deliver_block if is_block else self._deliver_tx
-        schedule = self.engine.schedule_at
-        for peer, at in sends:
-            pending[peer] = at
-            schedule(at, deliver, peer, key, raw, src)
+        self.engine.schedule_each(
+            self._deliver_block if is_block else self._deliver_tx,
+            [(at, (peer, key, raw, src)) for peer, at in sends],
+        )
 
-    def _deliver_block(self, peer: int, key: bytes, raw: bytes, src: int) -> None:
-        self._arrived(self._inflight_blocks, peer, key)
-        self.nodes[peer].on_deliver_block(BlockId(key), raw, src)
-
-    def _deliver_tx(self, peer: int, key: bytes, raw: bytes, src: int) -> None:
-        self._arrived(self._inflight_txs, peer, key)
-        self.nodes[peer].on_deliver_tx(TxId(key), raw, src)
-
-    @staticmethod
-    def _arrived(inflight: dict[bytes, dict[int, float]], peer: int, key: bytes) -> None:
-        pending = inflight.get(key)
+    def _deliver_block(self, peer: int, key: BlockId, raw: bytes, src: int) -> None:
+        pending = self._inflight_blocks.get(key)
         if pending is not None:
             pending.pop(peer, None)
             if not pending:
-                del inflight[key]
+                del self._inflight_blocks[key]
+        self.nodes[peer].on_deliver_block(key, raw, src)
+
+    def _deliver_tx(self, peer: int, key: TxId, raw: bytes, src: int) -> None:
+        pending = self._inflight_txs.get(key)
+        if pending is not None:
+            pending.pop(peer, None)
+            if not pending:
+                del self._inflight_txs[key]
+        self.nodes[peer].on_deliver_tx(key, raw, src)
 
     def retry_block(self, node: int, block_id: BlockId, raw: bytes, src: int, at_ms: float) -> None:
         at = max(self.engine.now_ms, at_ms - self._clock_offset)

@@ -47,3 +47,25 @@ def test_named_streams_are_independent_and_reproducible() -> None:
     assert [b.stream("mining").random() for _ in range(3)] == first
     assert RngStreams(8).stream("mining").random() != first[0]
     assert derive_seed(7, "mining") != derive_seed(7, "txs")
+
+
+def test_schedule_each_keeps_list_order_for_ties_and_refuses_the_past() -> None:
+    engine = Engine()
+    seen: list[str] = []
+    engine.schedule(2.0, seen.append, "before")
+    engine.schedule_each(seen.append, [(2.0, ("a",)), (1.0, ("b",)), (2.0, ("c",))])
+    engine.run()
+    assert seen == ["b", "before", "a", "c"]
+    assert engine.events == 4
+    with pytest.raises(ValueError, match="now is"):
+        engine.schedule_each(seen.append, [(1.0, ("late",))])
+
+
+def test_events_are_counted_when_a_callback_raises() -> None:
+    engine = Engine()
+    engine.schedule(1.0, lambda: None)
+    engine.schedule(2.0, lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        engine.run()
+    assert engine.events == 1
+    assert engine.now_ms == 2.0

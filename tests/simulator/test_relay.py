@@ -43,6 +43,7 @@ def test_fan_out_matches_per_link_arrivals_and_skips() -> None:
         # links[3] lands much later than ours: sent, and ours will be the one that counts.
         pending = {links[2].peer: 0.0, links[3].peer: 1e9}
         got = fast.fan_out(src, 1000, 5.0, excluded, known, pending)
+        assert pending == {links[2].peer: 0.0, **dict(got)}
         want = [(link.peer, slow.arrival_ms(src, link, 1000, 5.0)) for link in links[3:]]
         assert got == want
         assert (fast.messages, fast.bytes_sent) == (slow.messages, slow.bytes_sent)
