@@ -26,7 +26,14 @@ from dagchain.errors import (
     StorageError,
 )
 from dagchain.genesis import FAUCET_ADDRESS, genesis_block
-from dagchain.ledger import BlockContext, LevelSetDelta, RootRecord, Utxo, evaluate_level_set
+from dagchain.ledger import (
+    BlockContext,
+    LevelSetDelta,
+    RootRecord,
+    Utxo,
+    evaluate_level_set,
+    genesis_delta,
+)
 from dagchain.levelset import compute_level_set
 from dagchain.orphans import OrphanPool
 from dagchain.params import ConsensusParams
@@ -257,7 +264,7 @@ class Chain:
     def level_set(self, milestone_id: bytes) -> LevelSetDelta | None:
         """The stored evaluation of a milestone's level set (order, reasons, delta)."""
         if milestone_id == self.genesis.id:
-            return LevelSetDelta(self.genesis.id, 0, (self.genesis.id,), b"", (), (), (), (), ())
+            return genesis_delta(self.genesis.id)
         return self.state.deltas.get(BlockId(milestone_id))
 
     def confirmations(self, block_id: bytes) -> int:

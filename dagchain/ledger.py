@@ -9,6 +9,7 @@ transaction never raises: it gets an INVALID reason and its block stays.
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final, Protocol
 
 from dagchain.blocks import Block
@@ -73,16 +74,6 @@ class LedgerView(Protocol):
         """True if ``txid`` is a VALID redemption in this chain (R4 b)."""
 
 
-@dataclass(slots=True, unsafe_hash=True)
-class SpentOutput:
-    """A UTXO consumed by the level set, with what undo needs to restore it (read-only, as Utxo)."""
-
-    txid: Final[TxId]
-    index: Final[int]
-    utxo: Final[Utxo]
-    spending_txid: Final[TxId]
-
-
 @dataclass(frozen=True, slots=True)
 class LevelSetDelta:
     """Evaluated LS(M): order, verdicts and the ledger changes (§4.3, §12 l and d)."""
@@ -92,8 +83,12 @@ class LevelSetDelta:
     order: tuple[BlockId, ...]
     reasons: bytes
     """One reason code (§7.4) per transaction, in total order."""
-    created: tuple[tuple[TxId, int, Utxo], ...]
-    spent: tuple[SpentOutput, ...]
+    created: MappingProxyType[Outpoint, Utxo]
+    """Outputs created, in creation order (a read-only view)."""
+    spent: MappingProxyType[Outpoint, Utxo]
+    """Outputs consumed, in spend order, with the UTXO undo restores (a read-only view)."""
+    spenders: MappingProxyType[Outpoint, TxId]
+    """The txid that spent each outpoint of ``spent``: the same keys in the same order."""
     roots_before: tuple[tuple[BlockId, RootRecord | None], ...]
     roots_after: tuple[tuple[BlockId, RootRecord], ...]
     redemptions: tuple[tuple[TxId, BlockId], ...]
@@ -105,9 +100,11 @@ class _Overlay:
     def __init__(self, view: LedgerView) -> None:
         self.view = view
         self.view_utxo = view.get_utxo
-        self.created: dict[tuple[TxId, int], Utxo] = {}
+        self.created: dict[Outpoint, Utxo] = {}
         self.spent: dict[Outpoint, TxId] = {}
-        self.spent_list: list[SpentOutput] = []
+        """Outpoint -> spending txid, in spend order (V1: visible at once)."""
+        self.spent_utxos: dict[Outpoint, Utxo] = {}
+        """Outpoint -> the UTXO it was, the same keys in the same order as ``spent``."""
         self.roots: dict[BlockId, RootRecord] = {}
         self.roots_before: dict[BlockId, RootRecord | None] = {}
         self.redeemed: dict[TxId, BlockId] = {}
@@ -248,10 +245,10 @@ def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[in
     if total_in < total_out:  # V8
         return _OVERSPEND, 0
     txid = tx.txid
-    spent_list = overlay.spent_list
+    spent_utxos = overlay.spent_utxos
     for op, _, utxo in found:
         spent[op] = txid
-        spent_list.append(SpentOutput(op[0], op[1], utxo, txid))
+        spent_utxos[op] = utxo
     for index, out in enumerate(outputs):
         created[(txid, index)] = Utxo(out.amount, out.address, height)
     return _VALID, total_in - total_out
@@ -290,6 +287,17 @@ def _apply_redemption(tx: Transaction, root: BlockId, height: int, overlay: _Ove
     return Reason.VALID
 
 
+def genesis_delta(genesis_id: BlockId) -> LevelSetDelta:
+    """LS(genesis) = [genesis] (L1): height 0, no transactions, no ledger change."""
+    return LevelSetDelta(
+        genesis_id, 0, (genesis_id,), b"", _NO_UTXOS, _NO_UTXOS, _NO_SPENDERS, (), (), ()
+    )
+
+
+_NO_UTXOS: MappingProxyType[Outpoint, Utxo] = MappingProxyType({})
+_NO_SPENDERS: MappingProxyType[Outpoint, TxId] = MappingProxyType({})
+
+
 def _make_delta(
     milestone: BlockId, height: int, order: Sequence[BlockId], reasons: bytes, ov: _Overlay
 ) -> LevelSetDelta:
@@ -298,8 +306,9 @@ def _make_delta(
         height=height,
         order=tuple(order),
         reasons=reasons,
-        created=tuple([(t, i, u) for (t, i), u in ov.created.items()]),
-        spent=tuple(ov.spent_list),
+        created=MappingProxyType(ov.created),  # the overlay is dropped: views, not copies
+        spent=MappingProxyType(ov.spent_utxos),
+        spenders=MappingProxyType(ov.spent),
         roots_before=tuple(ov.roots_before.items()),
         roots_after=tuple((r, ov.roots[r]) for r in ov.roots_before),
         redemptions=tuple(ov.redeemed.items()),
@@ -312,7 +321,7 @@ __all__ = [
     "LevelSetDelta",
     "Outpoint",
     "RootRecord",
-    "SpentOutput",
     "Utxo",
     "evaluate_level_set",
+    "genesis_delta",
 ]

@@ -7,13 +7,14 @@ leaves memory and store as they were.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from dagchain.blocks import Block, decode_block
 from dagchain.encoding import packer
 from dagchain.errors import EncodingError, StorageError
 from dagchain.history import BestChain, BestHeights, StoredMap
-from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, SpentOutput, Utxo
+from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, Utxo
 from dagchain.params import ConsensusParams
 from dagchain.pow import decode_compact, encode_compact
 from dagchain.retarget import Snapshot
@@ -111,10 +112,10 @@ def delta_row(d: LevelSetDelta, pack: Callable[[Any], bytes] = S.encode_row) -> 
     """
     return pack(
         [
-            [(t, i, u.amount, u.address) for t, i, u in d.created],
+            [(t, i, u.amount, u.address) for (t, i), u in d.created.items()],
             [
-                (s.txid, s.index, s.utxo.amount, s.utxo.address, s.utxo.height, s.spending_txid)
-                for s in d.spent
+                (t, i, u.amount, u.address, u.height, by)
+                for ((t, i), u), by in zip(d.spent.items(), d.spenders.values(), strict=True)
             ],
             [[r] if rec is None else [r, *_root_fields(rec)] for r, rec in d.roots_before],
             [[r, *_root_fields(rec)] for r, rec in d.roots_after],
@@ -137,11 +138,9 @@ def parse_delta(ms: BlockId, l_row: list[Any], d_row: list[Any]) -> LevelSetDelt
         height=height,
         order=tuple(BlockId(b) for b in order),
         reasons=reasons,
-        created=tuple((TxId(t), i, Utxo(a, Address(ad), height)) for t, i, a, ad in created),
-        spent=tuple(
-            SpentOutput(TxId(t), i, Utxo(a, Address(ad), h), TxId(sp))
-            for t, i, a, ad, h, sp in spent
-        ),
+        created=MappingProxyType({(t, i): Utxo(a, Address(ad), height) for t, i, a, ad in created}),
+        spent=MappingProxyType({(t, i): Utxo(a, Address(ad), h) for t, i, a, ad, h, _ in spent}),
+        spenders=MappingProxyType({(t, i): TxId(sp) for t, i, _, _, _, sp in spent}),
         roots_before=tuple(
             (BlockId(r[0]), None if len(r) == 1 else RootRecord(r[1], TxId(r[2]), Address(r[3])))
             for r in before
@@ -313,16 +312,17 @@ class ChainState:
                 wb.put(S.P_DELTA + delta.milestone, delta_row(delta, pack))
             # u, o and k rows, keys and values as in storage.schema (outpoint_key, address_key)
             put, delete, empty = wb.put, wb.delete, S.EMPTY_ROW
-            for txid, index, utxo in delta.created:
+            for (txid, index), utxo in delta.created.items():
                 key = txid + index.to_bytes(4, "big")
                 address = utxo.address
                 put(b"u" + key, pack([utxo.amount, address, utxo.height]))
                 put(b"o" + address + key, empty)
-            for sp in delta.spent:  # u and o rows go, a k row records the spend
-                key = sp.txid + sp.index.to_bytes(4, "big")
+            spenders = delta.spenders
+            for op, utxo in delta.spent.items():  # u and o rows go, a k row records the spend
+                key = op[0] + op[1].to_bytes(4, "big")
                 delete(b"u" + key)
-                delete(b"o" + sp.utxo.address + key)
-                put(b"k" + key, pack([sp.spending_txid, h]))
+                delete(b"o" + utxo.address + key)
+                put(b"k" + key, pack([spenders[op], h]))
             for root, rec in delta.roots_after:
                 put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
             for txid, root in delta.redemptions:
@@ -336,10 +336,9 @@ class ChainState:
             put(S.HEAD, head_row(HeadRecord(delta.milestone, h, chainwork, final)))
         self.deltas.add(delta.milestone, delta, h)
         utxos = self.utxos
-        for txid, index, utxo in delta.created:
-            utxos[(txid, index)] = utxo
-        for sp in delta.spent:
-            del utxos[(sp.txid, sp.index)]
+        utxos.update(delta.created)
+        for op in delta.spent:
+            del utxos[op]
         for root, rec in delta.roots_after:
             self.roots[root] = rec
         for bid in delta.order:
@@ -364,10 +363,11 @@ class ChainState:
         h = delta.height
         parent = self.best[-2]
         with self.store.write_batch() as wb:
-            for sp in reversed(delta.spent):
-                wb.delete(S.outpoint_key(S.P_SPENT, sp.txid, sp.index))
-                self._put_utxo(wb, sp.txid, sp.index, sp.utxo)
-            for txid, index, utxo in delta.created:
+            spent = delta.spent
+            for op in reversed(spent):
+                wb.delete(S.outpoint_key(S.P_SPENT, op[0], op[1]))
+                self._put_utxo(wb, op[0], op[1], spent[op])
+            for (txid, index), utxo in delta.created.items():
                 wb.delete(S.outpoint_key(S.P_UTXO, txid, index))
                 wb.delete(S.address_key(utxo.address, txid, index))
             for root, before in delta.roots_before:
@@ -383,10 +383,10 @@ class ChainState:
             wb.delete(S.height_key(S.P_HEIGHT, h))
             chainwork = self.snapshots[parent].chainwork
             wb.put(S.HEAD, head_row(HeadRecord(parent, h - 1, chainwork, self.final)))
-        for sp in reversed(delta.spent):
-            self.utxos[(sp.txid, sp.index)] = sp.utxo
-        for txid, index, _ in delta.created:
-            self.utxos.pop((txid, index), None)
+        for op in reversed(delta.spent):
+            self.utxos[op] = delta.spent[op]
+        for op in delta.created:
+            self.utxos.pop(op, None)
         for root, before in delta.roots_before:
             if before is None:
                 self.roots.pop(root, None)

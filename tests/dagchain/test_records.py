@@ -1,4 +1,4 @@
-"""The hot-path records (TxIn, TxOut, Transaction, Utxo, SpentOutput) keep value semantics.
+"""The hot-path records (TxIn, TxOut, Transaction, Utxo) keep value semantics.
 
 They are slotted dataclasses with ``Final`` fields (read-only under mypy strict) instead of
 ``frozen=True`` (issue 2, speed); equality, hashing and ``dataclasses.replace`` must behave as
@@ -7,7 +7,7 @@ for the frozen records they replace (STYLE.md rule 1), since caches and sets rel
 
 import dataclasses
 
-from dagchain.ledger import SpentOutput, Utxo
+from dagchain.ledger import Utxo
 from dagchain.transactions import TxIn, TxKind, TxOut, make_transaction
 from dagchain.types import Address, TxId
 
@@ -22,8 +22,7 @@ def test_equal_records_hash_equal_and_dedupe_in_sets() -> None:
     assert TxIn(T, 1, A, bytes(64)) != TxIn(T, 2, A, bytes(64))
     assert len({TxOut(5, A), TxOut(5, A), TxOut(6, A)}) == 2
     assert len({Utxo(5, A, 3), Utxo(5, A, 3)}) == 1
-    spent = SpentOutput(T, 0, Utxo(5, A, 3), T)
-    assert {spent: 1}[SpentOutput(T, 0, Utxo(5, A, 3), T)] == 1
+    assert {Utxo(5, A, 3): 1}[Utxo(5, A, 3)] == 1
 
 
 def test_transaction_equality_ignores_the_derived_raw_and_txid() -> None:
