@@ -368,8 +368,8 @@ class Chain:
         except EncodingError as exc:
             raise MalformedBlock("H1", str(exc)) from None
         bid = block.id
-        # (2) D1
-        if bid in st.meta or OrphanPool.key_of(raw) in self.orphans:
+        # (2) D1 (the orphan key hashes the whole block: only when some orphan is held)
+        if bid in st.meta or (self.orphans and OrphanPool.key_of(raw) in self.orphans):
             return BlockOutcome(
                 BlockStatus.DUPLICATE, bid, bid in st.meta and st.meta[bid].is_milestone
             )
