@@ -8,6 +8,7 @@ chosen node. When no confirmed output is free, the arrival is skipped and counte
 """
 
 import random
+from collections.abc import Sequence
 from typing import Protocol, final
 
 from dagchain.errors import Reason
@@ -29,6 +30,15 @@ MAX_FEE = 10_000
 Outpoint = tuple[bytes, int]
 
 
+class TxEntry(Protocol):
+    """A node a tx can enter the network at (a SimNode or a RelayNode)."""
+
+    @property
+    def index(self) -> int: ...
+
+    def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None: ...
+
+
 class TxSink(Protocol):
     """Receives each tx the load offers (the metrics recorder)."""
 
@@ -43,7 +53,7 @@ class TxLoad:
         self,
         tps: float,
         tx_bytes: int,
-        nodes: list[SimNode],
+        nodes: Sequence[TxEntry],
         observer: SimNode,
         params: ConsensusParams,
         engine: Engine,
@@ -121,4 +131,4 @@ class TxLoad:
         node.on_deliver_tx(tx.txid, tx.raw, node.index)
 
 
-__all__ = ["TxLoad", "TxSink"]
+__all__ = ["TxEntry", "TxLoad", "TxSink"]

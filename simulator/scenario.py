@@ -36,6 +36,8 @@ class NetworkConfig(_Table):
     """Outbound peers per node (links are used both ways)."""
     processing_ms: float = Field(default=2.0, ge=0)
     """Per-hop processing delay (SimBlock uses 2 ms)."""
+    full_nodes: int = Field(default=0, ge=0)
+    """Nodes 0..full_nodes-1 run the full core, the others relay only (0 = every node full)."""
 
     @field_validator("delay")
     @classmethod
@@ -138,6 +140,12 @@ class Scenario(_Table):
     def mining_nodes(self) -> int:
         return min(self.nodes, self.miners.count)
 
+    @property
+    def full_nodes(self) -> int:
+        """Nodes running the full core (the first ones); the rest are relay-only."""
+        full = self.network.full_nodes
+        return self.nodes if full == 0 else min(self.nodes, full)
+
     def honest_shares(self) -> list[float]:
         """Hash share of each honest mining node; they sum to 1 - attack.share."""
         n = self.mining_nodes
@@ -231,6 +239,11 @@ def build_scenario(data: dict[str, Any]) -> Scenario:
         raise ScenarioError(_format_error(exc)) from None
     scenario.blocks_per_ms  # noqa: B018  (validates b)
     scenario.honest_shares()
+    if scenario.full_nodes < scenario.mining_nodes:
+        raise ScenarioError(
+            f"network.full_nodes = {scenario.network.full_nodes} is fewer than the "
+            f"{scenario.mining_nodes} mining nodes (miners and the observer run the full core)"
+        )
     return scenario
 
 

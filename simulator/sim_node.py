@@ -42,7 +42,14 @@ class Hub(Protocol):
         self, node: int, block_id: BlockId, raw: bytes, src: int, at_ms: float
     ) -> None: ...
 
-    def on_accepted(self, node: "SimNode", outcome: BlockOutcome) -> None: ...
+    def on_accepted(self, node: "NodeRef", outcome: BlockOutcome) -> None: ...
+
+
+class NodeRef(Protocol):
+    """What the hub reads of a node that accepted blocks (a SimNode or a RelayNode)."""
+
+    @property
+    def index(self) -> int: ...
 
 
 @final
@@ -160,4 +167,4 @@ class SimNode:
         self.hub.send_tx(self.index, txid, raw, src)
 
 
-__all__ = ["Hub", "SimNode"]
+__all__ = ["Hub", "NodeRef", "SimNode"]

@@ -22,9 +22,10 @@ from simulator.load import TxLoad
 from simulator.metrics import Recorder, block_rows, compute_metrics
 from simulator.mining import Miner
 from simulator.network import Network
+from simulator.relay_node import RelayNode
 from simulator.rng import RngStreams
 from simulator.scenario import Scenario
-from simulator.sim_node import SimNode
+from simulator.sim_node import NodeRef, SimNode
 
 FRAME_OVERHEAD_BYTES = 9
 """Per-message framing (type byte and length) on top of the canonical block or tx bytes."""
@@ -69,7 +70,18 @@ class Simulation:
         )
         self.known_blocks = Knowledge(scenario.nodes)
         self.known_txs = Knowledge(scenario.nodes)
-        self.nodes = [SimNode(i, params, self, caches) for i in range(scenario.nodes)]
+        full = scenario.full_nodes
+        self.full_nodes = [SimNode(i, params, self, caches) for i in range(full)]
+        self.observer = self.full_nodes[OBSERVER]
+        relay_accepted = Knowledge(scenario.nodes - full)
+        genesis = self.observer.chain.genesis_id
+        self.nodes: list[SimNode | RelayNode] = [
+            *self.full_nodes,
+            *(
+                RelayNode(i, self, caches[1], relay_accepted, genesis)
+                for i in range(full, scenario.nodes)
+            ),
+        ]
         self._inflight_blocks: dict[bytes, dict[int, float]] = {}
         self._inflight_txs: dict[bytes, dict[int, float]] = {}
         self.recorder = Recorder()
@@ -78,7 +90,7 @@ class Simulation:
         self.miners: dict[int, Miner] = {}
         for i, share in enumerate(scenario.honest_shares()):
             self.miners[i] = Miner(
-                self.nodes[i],
+                self.full_nodes[i],
                 share,
                 rate_per_ms,
                 target0,
@@ -90,7 +102,7 @@ class Simulation:
             scenario.load.tps,
             scenario.load.tx_bytes,
             self.nodes,
-            self.nodes[OBSERVER],
+            self.observer,
             params,
             self.engine,
             self.streams.stream("txs"),
@@ -157,7 +169,7 @@ class Simulation:
         at = max(self.engine.now_ms, at_ms - self._clock_offset)
         self.engine.schedule_at(at, self.nodes[node].on_deliver_block, block_id, raw, src)
 
-    def on_accepted(self, node: SimNode, outcome: BlockOutcome) -> None:
+    def on_accepted(self, node: NodeRef, outcome: BlockOutcome) -> None:
         now = self.engine.now_ms
         self.recorder.on_accepted(node.index, outcome.accepted, now)
         if not outcome.reorgs:
@@ -165,7 +177,7 @@ class Simulation:
         if node.index == OBSERVER:
             for reorg in outcome.reorgs:
                 for delta in reorg.applied:
-                    self.recorder.on_level_set(node.chain, delta, now)
+                    self.recorder.on_level_set(self.observer.chain, delta, now)
                     self.load.on_level_set(delta)
         miner = self.miners.get(node.index)
         if miner is not None:
@@ -197,7 +209,7 @@ class Simulation:
         metrics["events"] = events
         metrics["wall_s"] = round(wall, 3)
         metrics["events_per_s"] = round(events / wall, 1) if wall > 0 else 0.0
-        rows = block_rows(self.recorder, self.nodes[OBSERVER].chain, len(self.nodes))
+        rows = block_rows(self.recorder, self.observer.chain, len(self.nodes))
         return RunResult(metrics, rows, events, wall)
 
     def _metrics(self) -> dict[str, Any]:
@@ -205,12 +217,15 @@ class Simulation:
             n.root: f"miner_{n.index}" for n in self.nodes if n.root is not None
         }
         metrics = compute_metrics(
-            self.recorder, self.nodes[OBSERVER].chain, self.scenario.duration_s, roots
+            self.recorder, self.observer.chain, self.scenario.duration_s, roots
         )
         metrics["txs_starved"] = self.load.starved
         metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
         metrics["messages"] = self.network.messages
         metrics["bytes_sent"] = self.network.bytes_sent
+        relay_only = len(self.nodes) - len(self.full_nodes)
+        if relay_only:  # absent when every node is full: older outputs keep their bytes
+            metrics["relay_only_nodes"] = relay_only
         return metrics
 
 

@@ -1,0 +1,124 @@
+"""RelayNode: a relay-only node (opt-in, ``network.full_nodes``), for networks of 10,000 nodes.
+
+A simulated full node (``SimNode``) runs the whole core; its memory and CPU grow with the chain, so
+10,000 of them do not fit one machine. A scenario may therefore make only the first
+``network.full_nodes`` nodes (the observer and every miner among them) full nodes and let the
+others relay without validating. Timing is the same for both kinds: the network model's per-hop
+``processing_ms`` is a constant, not the CPU a node spends, so a relay-only node forwards a block
+exactly when a full node would, provided the block is valid.
+
+What a relay-only node does:
+
+- a block is decoded (the shared decode cache) and accepted once all its links are accepted here;
+  until then it waits (as in the core's orphan pool), and is released when its last missing
+  parent is accepted; each accepted block is pushed to the neighbours, as ``SimNode`` does;
+- a tx is pushed on at once, and the txs of an accepted block are marked known.
+
+What it does not do: check any rule (PoW, links, punctuality, signatures, ledger) or keep a
+mempool. In an honest run every mined block is valid, so block propagation is the same as with
+full nodes; a tx a full node would drop (it spends an output already spent in its best chain,
+or conflicts with its mempool) is still relayed, which only adds messages. Use full nodes for
+anything that depends on a node judging blocks or txs, and say so with the results
+(``metrics.json`` then carries ``relay_only_nodes``).
+"""
+
+from typing import final
+
+from dagchain.caches import DecodeCache
+from dagchain.chain import BlockOutcome, BlockStatus
+from dagchain.errors import EncodingError
+from dagchain.types import BlockId, TxId
+from simulator.knowledge import Knowledge
+from simulator.sim_node import Hub
+
+
+@final
+class RelayNode:
+    """One relay-only node (index ``index``); see the module doc."""
+
+    __slots__ = (
+        "_accepted",
+        "_genesis",
+        "_waiting",
+        "decoder",
+        "hub",
+        "index",
+        "known_blocks",
+        "known_txs",
+        "orphaned",
+        "rejected_blocks",
+        "rejected_txs",
+        "root",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        hub: Hub,
+        decoder: DecodeCache,
+        accepted: Knowledge,
+        genesis_id: BlockId,
+    ) -> None:
+        self.index = index
+        self.hub = hub
+        self.decoder = decoder
+        self.known_blocks = hub.known_blocks
+        self.known_txs = hub.known_txs
+        self._accepted = accepted
+        """Shared by the relay-only nodes: which of them accepted which block."""
+        self._genesis = genesis_id
+        self._waiting: dict[BlockId, list[tuple[BlockId, bytes, int]]] = {}
+        """Blocks waiting for a parent, by that parent."""
+        self.root: BlockId | None = None
+        self.rejected_blocks = 0
+        self.rejected_txs = 0
+        self.orphaned = 0
+
+    def _missing(self, raw: bytes) -> BlockId | None:
+        """The first link of the block not accepted here (None: all are)."""
+        accepted, index, genesis = self._accepted, self.index, self._genesis
+        for link in self.decoder.decode(raw).header.links:
+            if link != genesis and not accepted.knows(index, link):
+                return link
+        return None
+
+    def on_deliver_block(self, block_id: BlockId, raw: bytes, src: int) -> None:
+        """A block arrives from neighbour ``src``: accept it (and what waited for it) or wait."""
+        if not self.known_blocks.learn(self.index, block_id):
+            return
+        try:
+            missing = self._missing(raw)
+        except EncodingError:
+            self.rejected_blocks += 1
+            return
+        if missing is not None:
+            self.orphaned += 1
+            self._waiting.setdefault(missing, []).append((block_id, raw, src))
+            return
+        accepted: list[tuple[BlockId, bytes, int]] = [(block_id, raw, src)]
+        self._accepted.learn(self.index, block_id)
+        i = 0
+        while i < len(accepted):
+            for child in self._waiting.pop(accepted[i][0], ()):
+                link = self._missing(child[1])
+                if link is None:
+                    self._accepted.learn(self.index, child[0])
+                    accepted.append(child)
+                else:
+                    self._waiting.setdefault(link, []).append(child)
+            i += 1
+        learn_tx, index = self.known_txs.learn, self.index
+        for bid, block_raw, _ in accepted:
+            for tx in self.decoder.decode(block_raw).txs:
+                learn_tx(index, tx.txid)
+            self.hub.send_block(index, bid, block_raw, src if bid == block_id else -1)
+        ids = tuple(bid for bid, _, _ in accepted)
+        self.hub.on_accepted(self, BlockOutcome(BlockStatus.ACCEPTED, block_id, accepted=ids))
+
+    def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
+        """A tx arrives: push it on unchecked."""
+        if self.known_txs.learn(self.index, txid):
+            self.hub.send_tx(self.index, txid, raw, src)
+
+
+__all__ = ["RelayNode"]
