@@ -217,6 +217,7 @@ class ChainState:
         self.peer_heads: dict[BlockId, tuple[BlockId, int]] = {}
         self.pending: dict[BlockId, None] = {}
         self.utxos: dict[Outpoint, Utxo] = {}
+        self.get_utxo = self.utxos.get
         self.roots: dict[BlockId, RootRecord] = {}
         self.invalidated: set[BlockId] = set()
         self.final: BlockId = BlockId(b"")
@@ -235,9 +236,9 @@ class ChainState:
         return parse_delta(BlockId(ms), S.decode_row(l_raw, l_key), S.decode_row(d_raw, d_key))
 
     # --- LedgerView (§7.3) over the best chain ---
-    def get_utxo(self, outpoint: Outpoint) -> Utxo | None:
-        """LedgerView: the best chain's unspent output."""
-        return self.utxos.get(outpoint)
+    get_utxo: Callable[[Outpoint], Utxo | None]
+    """LedgerView: the best chain's unspent output (the UTXO dict's own ``get``: the ledger's
+    V6 hot path calls it for every input)."""
 
     def get_spender(self, outpoint: Outpoint) -> TxId | None:
         """LedgerView: who spent ``outpoint`` in the best chain (a ``k`` row)."""
@@ -315,14 +316,14 @@ class ChainState:
             for (txid, index), utxo in delta.created.items():
                 key = txid + index.to_bytes(4, "big")
                 address = utxo.address
-                put(b"u" + key, pack([utxo.amount, address, utxo.height]))
+                put(b"u" + key, pack((utxo.amount, address, utxo.height)))
                 put(b"o" + address + key, empty)
             spenders = delta.spenders
             for op, utxo in delta.spent.items():  # u and o rows go, a k row records the spend
                 key = op[0] + op[1].to_bytes(4, "big")
                 delete(b"u" + key)
                 delete(b"o" + utxo.address + key)
-                put(b"k" + key, pack([spenders[op], h]))
+                put(b"k" + key, pack((spenders[op], h)))
             for root, rec in delta.roots_after:
                 put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
             for txid, root in delta.redemptions:
