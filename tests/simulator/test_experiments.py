@@ -10,6 +10,7 @@ executor (when dask is installed) must give the local executor's rows for the sa
 import csv
 import importlib.util
 import json
+import math
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -175,3 +176,31 @@ def test_second_half_throughput_counts_the_late_confirmations() -> None:
     # Nakamoto's warm-up (S1: a peer chain's first K blocks carry no valid tx) starves the first
     # half, so the steady state confirms more per second than the whole-run average.
     assert metrics["throughput_tps_second_half"] > metrics["throughput_tps"] > 0
+
+
+def test_tables_script_reads_the_sweep_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = _load_script("tables")
+    stale = tmp_path / "stale.csv"
+    stale.write_text(
+        "chain.milestone_interval_s,chain.block_rate,seed,milestones_mined,stale_milestone_rate,"
+        "bytes_sent,propagation_s.p50,propagation_s.p90\n"
+        "2,8,1,100,0.1,4800000,0.1,0.2\n2,8,2,300,0.0,4800000,0.1,0.2\n",
+        encoding="utf-8",
+    )
+    assert tables.main(["stale", str(stale), "--nodes", "20", "--duration", "240"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split(" | ")
+    assert row[5] == "0.025"  # 10 stale of 400 mined, pooled over the seeds
+    assert float(row[7]) == pytest.approx(-2 * math.log(1 - 0.025), abs=1e-3)  # implied delta
+    assert row[9].rstrip(" |") == "8"  # 4.8 MB x 8 / (20 nodes x 240 s) = 8 kbit/s
+    sweep = tmp_path / "assign.csv"
+    sweep.write_text(
+        "miners.count,chain.sortition_c,offered_tps,throughput_tps,duplicate_tx_rate,"
+        "mempool_wait_s.p50,mempool_wait_s.p90\n10,1/10,20,19,0.1,1.0,3.0\n",
+        encoding="utf-8",
+    )
+    assert tables.main(["assignment", str(sweep), "--delay-s", "0.2"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split(" | ")
+    assert row[6] == f"{0.1 * 8 * 0.2:.4f}"  # uniform C1: c lambda delta
+    assert row[10] == f"{1 / (8 * 0.1):.2f}"  # uniform C2: 1 / (lambda c)

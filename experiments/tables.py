@@ -1,0 +1,133 @@
+"""The markdown tables of docs/experiments.md from ``dagchain-sim sweep`` CSVs (issue 8).
+
+    python experiments/tables.py bandwidth out/bandwidth/sweep.csv
+    python experiments/tables.py stale out/stale/sweep.csv
+    python experiments/tables.py assignment out/assignment_n/sweep.csv [--delay-s 0.16]
+
+``bandwidth``: steady-state (second-half) offered and confirmed tx/s, latency, stale rate,
+propagation, duplicates and the mean upload utilisation ``bytes_sent`` x 8 / (nodes x duration x
+bandwidth). ``stale``: the milestone stale rate pooled over seeds (stale milestones over mined
+ones), its binomial SE, and the delay implied by f = 1 - exp(-delta / tau). ``assignment``: C1 and
+C2 beside the run, with the mean wait estimated as p50 / ln 2 (exponential) and the product
+waste x mean wait, which both C1 (refined) and C2 predict to be delta.
+"""
+
+import argparse
+import csv
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+
+Row = dict[str, str]
+
+
+def _f(row: Row, key: str) -> float:
+    return float(Fraction(row[key]))
+
+
+def bandwidth(rows: list[Row]) -> list[str]:
+    out = [
+        "| Mbit/s | protocol | offered tps | offered (2nd half) | confirmed (2nd half) "
+        "| confirmed / offered | confirmed (whole run) | latency p50 s | p90 s "
+        "| stale milestones | propagation p90 s | duplicate rate | utilisation |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        bw = _f(r, "network.bandwidth_mbps")
+        nodes = _f(r, "nodes") if "nodes" in r else 20.0
+        duration = _f(r, "duration_s") if "duration_s" in r else 120.0
+        util = _f(r, "bytes_sent") * 8 / (nodes * duration * bw * 1e6)
+        o2, c2 = _f(r, "offered_tps_second_half"), _f(r, "throughput_tps_second_half")
+        ratio = c2 / o2 if o2 else 0.0
+        out.append(
+            f"| {r['network.bandwidth_mbps']} | {r['protocol']} | {r['load.tps']} | {o2:.1f} "
+            f"| {c2:.1f} | {ratio:.2f} | {_f(r, 'throughput_tps'):.1f} "
+            f"| {_f(r, 'confirmation_latency_s.p50'):.2f} "
+            f"| {_f(r, 'confirmation_latency_s.p90'):.2f} | {_f(r, 'stale_milestone_rate'):.3f} "
+            f"| {_f(r, 'propagation_s.p90'):.2f} | {_f(r, 'duplicate_tx_rate'):.3f} | {util:.3f} |"
+        )
+    return out
+
+
+def stale(rows: list[Row], nodes: int, duration_s: float) -> list[str]:
+    groups: dict[tuple[float, float], list[Row]] = defaultdict(list)
+    for r in rows:
+        groups[(_f(r, "chain.milestone_interval_s"), _f(r, "chain.block_rate"))].append(r)
+    out = [
+        "| τ s | λ /s | b | milestones mined | stale per seed | stale, pooled | SE "
+        "| implied δ s | propagation p50 / p90 s | upload per node kbit/s |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---|---:|",
+    ]
+    for (tau, lam), rs in sorted(groups.items()):
+        mined = [int(r["milestones_mined"]) for r in rs]
+        rates = [_f(r, "stale_milestone_rate") for r in rs]
+        total = sum(mined)
+        f = sum(m * s for m, s in zip(mined, rates, strict=True)) / total if total else 0.0
+        se = math.sqrt(f * (1 - f) / total) if total else 0.0
+        delta = -tau * math.log(1 - f) if f < 1 else math.inf
+        upload = statistics.fmean(_f(r, "bytes_sent") for r in rs) * 8 / (nodes * duration_s)
+        p50 = statistics.fmean(_f(r, "propagation_s.p50") for r in rs)
+        p90 = statistics.fmean(_f(r, "propagation_s.p90") for r in rs)
+        per_seed = ", ".join(f"{s:.3f}" for s in rates)
+        out.append(
+            f"| {tau:g} | {lam:g} | {round(tau * lam)} | {total} | {per_seed} | {f:.3f} "
+            f"| {se:.3f} | {delta:.3f} | {p50:.2f} / {p90:.2f} | {upload / 1000:.0f} |"
+        )
+    return out
+
+
+def assignment(
+    rows: list[Row], block_rate: float, delay_s: float, default_weighting: str
+) -> list[str]:
+    out = [
+        "| weighting | N | c | offered tps | confirmed tps | duplicate rate | C1 c·λ·δ·Σs² "
+        "| wait p50 s | wait p90 s | mean wait ≈ p50/ln 2 | C2 1/(λcΣs²) | waste·mean wait s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        n = int(_f(r, "miners.count"))
+        c = _f(r, "chain.sortition_c")
+        weighting = r.get("chain.sortition_weighting", default_weighting)
+        sum_sq = 1.0 if weighting == "uniform" else 1.0 / n  # equal chains
+        dup = _f(r, "duplicate_tx_rate")
+        p50, p90 = _f(r, "mempool_wait_s.p50"), _f(r, "mempool_wait_s.p90")
+        mean = p50 / math.log(2)
+        out.append(
+            f"| {weighting} | {n} | {r['chain.sortition_c']} | {_f(r, 'offered_tps'):.1f} "
+            f"| {_f(r, 'throughput_tps'):.1f} | {dup:.4f} "
+            f"| {c * block_rate * delay_s * sum_sq:.4f} "
+            f"| {p50:.2f} | {p90:.2f} | {mean:.2f} | {1 / (block_rate * c * sum_sq):.2f} "
+            f"| {dup * mean:.3f} |"
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["bandwidth", "stale", "assignment"])
+    parser.add_argument("csv", type=Path)
+    parser.add_argument("--nodes", type=int, default=20, help="stale: nodes of the runs")
+    parser.add_argument("--duration", type=float, default=240.0, help="stale: seconds")
+    parser.add_argument("--block-rate", type=float, default=8.0, help="assignment: lambda")
+    parser.add_argument("--delay-s", type=float, default=0.16, help="assignment: delta of C1")
+    parser.add_argument(
+        "--weighting", default="uniform", help="assignment: when the CSV has no weighting column"
+    )
+    args = parser.parse_args(argv)
+    with args.csv.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    if args.kind == "bandwidth":
+        lines = bandwidth(rows)
+    elif args.kind == "stale":
+        lines = stale(rows, args.nodes, args.duration)
+    else:
+        lines = assignment(rows, args.block_rate, args.delay_s, args.weighting)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
