@@ -154,6 +154,9 @@ def _root_fields(rec: RootRecord) -> list[Any]:
     return [rec.balance, rec.anchor_txid, rec.anchor_address]
 
 
+_INDEX_KEYS = [i.to_bytes(4, "big") for i in range(256)]
+"""The u32 big-endian out_index of an outpoint key (storage.schema.outpoint_key) for small ones."""
+
 DEFAULT_WINDOW_PUNCTUALITIES = 2
 """Default memory window: this many times ``punctuality`` milestones below the best head."""
 CACHE_BLOCKS = 256
@@ -312,15 +315,16 @@ class ChainState:
                 wb.put(S.P_LEVEL_SET + delta.milestone, level_set_row(delta))
                 wb.put(S.P_DELTA + delta.milestone, delta_row(delta, pack))
             # u, o and k rows, keys and values as in storage.schema (outpoint_key, address_key)
-            put, delete, empty = wb.put, wb.delete, S.EMPTY_ROW
+            put, delete, empty, small = wb.put, wb.delete, S.EMPTY_ROW, _INDEX_KEYS
             for (txid, index), utxo in delta.created.items():
-                key = txid + index.to_bytes(4, "big")
+                key = txid + (small[index] if index < 256 else index.to_bytes(4, "big"))
                 address = utxo.address
                 put(b"u" + key, pack((utxo.amount, address, utxo.height)))
                 put(b"o" + address + key, empty)
             spenders = delta.spenders
             for op, utxo in delta.spent.items():  # u and o rows go, a k row records the spend
-                key = op[0] + op[1].to_bytes(4, "big")
+                index = op[1]
+                key = op[0] + (small[index] if index < 256 else index.to_bytes(4, "big"))
                 delete(b"u" + key)
                 delete(b"o" + utxo.address + key)
                 put(b"k" + key, pack((spenders[op], h)))
