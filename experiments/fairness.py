@@ -33,6 +33,7 @@ from typing import Any
 from dagchain.errors import Reason
 from dagchain.transactions import TxKind
 from simulator.scenario import Scenario, load_scenario
+from simulator.sim_node import SimNode
 from simulator.simulation import OBSERVER, Simulation
 
 CONFIGS: dict[str, list[str]] = {
@@ -46,7 +47,10 @@ DAY_S = 86_400.0
 def run_config(scenario: Scenario, window_s: float, skip_s: float) -> list[dict[str, Any]]:
     """One run; one row per miner."""
     sim = Simulation(scenario)
-    observer = sim.nodes[OBSERVER].chain
+    node0 = sim.nodes[OBSERVER]
+    if not isinstance(node0, SimNode):  # pragma: no cover - node 0 is a full node
+        raise TypeError("the observer must be a full node")
+    observer = node0.chain
     snapshots: list[tuple[float, dict[bytes, int]]] = []
     original = sim.recorder.on_level_set
 

@@ -204,3 +204,18 @@ def test_tables_script_reads_the_sweep_columns(
     row = capsys.readouterr().out.splitlines()[2].split(" | ")
     assert row[6] == f"{0.1 * 8 * 0.2:.4f}"  # uniform C1: c lambda delta
     assert row[10] == f"{1 / (8 * 0.1):.2f}"  # uniform C2: 1 / (lambda c)
+
+
+def test_ordering_lag_counts_every_ordered_block() -> None:
+    lag = _load_script("ordering_lag")
+    result = lag.measure(
+        EXPERIMENTS / "assignment.toml",
+        ["nodes=6", "miners.count=4", "duration_s=20", "load.tps=5", "chain.sortition_k=2"],
+    )
+    lags = result["lags"]
+    assert sum(lags.values()) > 0
+    assert min(lags) >= 1  # a block is ordered after its milestone link
+    assert result["sortition_freshness"] == 3
+    verdicts = result["verdicts"]
+    assert set(verdicts) <= {"valid", "sortition", "double-spend", "warmup", "missing-input"}
+    assert verdicts.get("valid", 0) == result["txs_confirmed"] > 0
