@@ -14,26 +14,27 @@ from typing import final
 class Knowledge:
     """``knows(node, key)``/``learn``/``forget`` over ``nodes`` nodes."""
 
-    __slots__ = ("_everywhere", "_nodes", "holders")
+    __slots__ = ("_nodes", "everywhere", "holders")
 
     def __init__(self, nodes: int) -> None:
         self._nodes = nodes
         self.holders: dict[bytes, set[int]] = {}
         """Items known by some but not all nodes: the nodes that know them."""
-        self._everywhere: set[bytes] = set()
+        self.everywhere: set[bytes] = set()
+        """Items every node knows."""
 
     def knows(self, node: int, key: bytes) -> bool:
         """True if ``node`` knows ``key``."""
         found = self.holders.get(key)
         if found is None:
-            return key in self._everywhere
+            return key in self.everywhere
         return node in found
 
     def learn(self, node: int, key: bytes) -> bool:
         """Record that ``node`` knows ``key``; False if it already did."""
         found = self.holders.get(key)
         if found is None:
-            if key in self._everywhere:
+            if key in self.everywhere:
                 return False
             found = self.holders[key] = set()
         elif node in found:
@@ -41,22 +42,22 @@ class Knowledge:
         found.add(node)
         if len(found) == self._nodes:
             del self.holders[key]
-            self._everywhere.add(key)
+            self.everywhere.add(key)
         return True
 
     def forget(self, node: int, key: bytes) -> None:
         """``node`` no longer knows ``key`` (a block to retry later)."""
         found = self.holders.get(key)
         if found is None:
-            if key not in self._everywhere:
+            if key not in self.everywhere:
                 return
-            self._everywhere.discard(key)
+            self.everywhere.discard(key)
             found = self.holders[key] = set(range(self._nodes))
         found.discard(node)
 
     def known_everywhere(self, key: bytes) -> bool:
         """True once every node knows ``key``."""
-        return key in self._everywhere
+        return key in self.everywhere
 
 
 __all__ = ["Knowledge"]

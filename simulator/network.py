@@ -139,10 +139,13 @@ class Network:
         exclude: int,
         known: set[int] | None,
         pending: dict[int, float],
-    ) -> list[tuple[int, float]]:
-        """Push one ``size``-byte item from ``src`` to its neighbours; returns (peer, arrival).
+        key: bytes,
+        raw: bytes,
+    ) -> list[tuple[float, tuple[int, bytes, bytes, int]]]:
+        """Push one ``size``-byte item from ``src`` to its neighbours.
 
-        Each send returned is also entered in ``pending``.
+        Returns ``(arrival, (peer, key, raw, src))`` per send, ready for
+        :meth:`simulator.engine.Engine.schedule_each`; each is also entered in ``pending``.
 
         Skipped, in link order: ``exclude``, peers in ``known``, and peers whose copy in flight
         (``pending``: peer -> arrival) lands no later than ours could even without queueing (no
@@ -150,7 +153,7 @@ class Network:
         computed arrival is still charged the transfer (the send was started) but not
         scheduled. Same arithmetic, order and accounting as :meth:`arrival_ms` per link.
         """
-        out: list[tuple[int, float]] = []
+        out: list[tuple[float, tuple[int, bytes, bytes, int]]] = []
         processing = self.processing_ms
         up = self.upload[src]
         free = self._upload_free
@@ -175,7 +178,7 @@ class Network:
             if earlier is not None and earlier <= at:
                 continue
             pending[peer] = at
-            out.append((peer, at))
+            out.append((at, (peer, key, raw, src)))
         self.messages += sent
         self.bytes_sent += size * sent
         return out

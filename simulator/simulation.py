@@ -132,22 +132,19 @@ class Simulation:
         is_block: bool,
     ) -> None:
         known = knowledge.holders.get(key)
-        if known is None and knowledge.known_everywhere(key):
+        if known is None and key in knowledge.everywhere:
             return
         pending = inflight.get(key)
         if pending is None:
             pending = inflight[key] = {}
+        size = len(raw) + FRAME_OVERHEAD_BYTES
         sends = self.network.fan_out(
-            src, len(raw) + FRAME_OVERHEAD_BYTES, self.engine.now_ms, exclude, known, pending
+            src, size, self.engine.now_ms, exclude, known, pending, key, raw
         )
-        if not sends:
-            if not pending:
-                del inflight[key]
-            return
-        self.engine.schedule_each(
-            self._deliver_block if is_block else self._deliver_tx,
-            [(at, (peer, key, raw, src)) for peer, at in sends],
-        )
+        if sends:
+            self.engine.schedule_each(self._deliver_block if is_block else self._deliver_tx, sends)
+        elif not pending:
+            del inflight[key]
 
     def _deliver_block(self, peer: int, key: BlockId, raw: bytes, src: int) -> None:
         pending = self._inflight_blocks.get(key)

@@ -42,7 +42,9 @@ def test_fan_out_matches_per_link_arrivals_and_skips() -> None:
         # A copy in flight to links[2] lands very early: not sent at all. The one in flight to
         # links[3] lands much later than ours: sent, and ours will be the one that counts.
         pending = {links[2].peer: 0.0, links[3].peer: 1e9}
-        got = fast.fan_out(src, 1000, 5.0, excluded, known, pending)
+        sends = fast.fan_out(src, 1000, 5.0, excluded, known, pending, b"k", b"raw")
+        assert all(args == (args[0], b"k", b"raw", src) for _, args in sends)
+        got = [(args[0], at) for at, args in sends]
         assert pending == {links[2].peer: 0.0, **dict(got)}
         want = [(link.peer, slow.arrival_ms(src, link, 1000, 5.0)) for link in links[3:]]
         assert got == want
