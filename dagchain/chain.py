@@ -287,11 +287,12 @@ class Chain:
 
     def get_utxo(self, txid: bytes, index: int) -> Utxo | None:
         """A best-chain unspent output."""
-        return self.state.utxos.get((txid, index))
+        entry = self.state.utxos.get((txid, index))
+        return None if entry is None else Utxo(*entry)
 
     def utxos(self) -> dict[tuple[bytes, int], Utxo]:
         """A copy of the best chain's UTXO set."""
-        return dict(self.state.utxos)
+        return {op: Utxo(*entry) for op, entry in self.state.utxos.items()}
 
     def get_root(self, root: bytes) -> RootRecord | None:
         """Best-chain reward record of a peer chain (balance, anchor)."""
@@ -772,9 +773,9 @@ class Chain:
                 spent = self.state.get_spender((inp.txid, inp.out_index)) is not None
                 raise InvalidTransaction("V6", "spent-input" if spent else "missing-input", tx.txid)
             found.append(utxo)
-            total_in += utxo.amount
+            total_in += utxo[0]  # UtxoEntry: amount, address, height
         for inp, utxo in zip(tx.inputs, found, strict=True):
-            if address_from_pubkey(inp.pubkey) != utxo.address:
+            if address_from_pubkey(inp.pubkey) != utxo[1]:
                 raise InvalidTransaction("V7", "input key does not match the spent output", tx.txid)
         fee = total_in - sum(o.amount for o in tx.outputs)
         if fee < 0:

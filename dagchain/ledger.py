@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final, Protocol
+from typing import Protocol
 
 from dagchain.blocks import Block
 from dagchain.crypto import address_from_pubkey as _address_of
@@ -22,19 +22,25 @@ from dagchain.transactions import Transaction, TxKind
 from dagchain.types import Address, BlockId, TxId
 
 Outpoint = tuple[bytes, int]
+UtxoEntry = tuple[int, Address, int]
+"""(amount, address, LS height): how the UTXO set and level-set deltas hold an unspent output.
+
+A plain tuple of ints and bytes, which the garbage collector stops scanning after one pass: the
+UTXO set is the largest long-lived structure of a node (issue 2). ``Utxo(*entry)`` is the record
+the Chain's queries return.
+"""
 
 
-@dataclass(slots=True, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class Utxo:
     """An unspent output: amount, address and the LS height of the tx that created it.
 
-    Read-only (``Final`` fields, checked by mypy) rather than ``frozen=True``, like ``TxIn``: one
-    is built per created output on the ledger's hot path (see ``dagchain.transactions``).
+    The record the queries return; the UTXO set itself holds ``UtxoEntry`` tuples.
     """
 
-    amount: Final[int]
-    address: Final[Address]
-    height: Final[int]
+    amount: int
+    address: Address
+    height: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +67,7 @@ class BlockContext:
 class LedgerView(Protocol):
     """Read access to a ledger L(P) (the best chain's, §7.3)."""
 
-    def get_utxo(self, outpoint: Outpoint) -> Utxo | None:
+    def get_utxo(self, outpoint: Outpoint) -> UtxoEntry | None:
         """The unspent output at ``outpoint``."""
 
     def get_spender(self, outpoint: Outpoint) -> TxId | None:
@@ -83,9 +89,9 @@ class LevelSetDelta:
     order: tuple[BlockId, ...]
     reasons: bytes
     """One reason code (§7.4) per transaction, in total order."""
-    created: MappingProxyType[Outpoint, Utxo]
+    created: MappingProxyType[Outpoint, UtxoEntry]
     """Outputs created, in creation order (a read-only view)."""
-    spent: MappingProxyType[Outpoint, Utxo]
+    spent: MappingProxyType[Outpoint, UtxoEntry]
     """Outputs consumed, in spend order, with the UTXO undo restores (a read-only view)."""
     spenders: MappingProxyType[Outpoint, TxId]
     """The txid that spent each outpoint of ``spent``: the same keys in the same order."""
@@ -100,10 +106,10 @@ class _Overlay:
     def __init__(self, view: LedgerView) -> None:
         self.view = view
         self.view_utxo = view.get_utxo
-        self.created: dict[Outpoint, Utxo] = {}
+        self.created: dict[Outpoint, UtxoEntry] = {}
         self.spent: dict[Outpoint, TxId] = {}
         """Outpoint -> spending txid, in spend order (V1: visible at once)."""
-        self.spent_utxos: dict[Outpoint, Utxo] = {}
+        self.spent_utxos: dict[Outpoint, UtxoEntry] = {}
         """Outpoint -> the UTXO it was, the same keys in the same order as ``spent``."""
         self.roots: dict[BlockId, RootRecord] = {}
         self.roots_before: dict[BlockId, RootRecord | None] = {}
@@ -235,9 +241,9 @@ def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[in
     for _, pubkey, utxo in found:  # V7: address = H(key) (E8)
         h = _BLAKE2B_256.copy()
         h.update(pubkey)
-        if h.digest() != utxo.address:
+        if h.digest() != utxo[1]:
             return _WRONG_KEY, 0
-        total_in += utxo.amount
+        total_in += utxo[0]
     outputs = tx.outputs
     total_out = 0
     for out in outputs:
@@ -250,7 +256,7 @@ def _apply_transfer(tx: Transaction, height: int, overlay: _Overlay) -> tuple[in
         spent[op] = txid
         spent_utxos[op] = utxo
     for index, out in enumerate(outputs):
-        created[(txid, index)] = Utxo(out.amount, out.address, height)
+        created[(txid, index)] = (out.amount, out.address, height)
     return _VALID, total_in - total_out
 
 
@@ -283,7 +289,7 @@ def _apply_redemption(tx: Transaction, root: BlockId, height: int, overlay: _Ove
     overlay.set_root(root, RootRecord(rec.balance - claim, tx.txid, tx.outputs[0].address))
     overlay.redeemed[tx.txid] = root
     if claim:
-        overlay.created[(tx.txid, 1)] = Utxo(claim, tx.outputs[1].address, height)
+        overlay.created[(tx.txid, 1)] = (claim, tx.outputs[1].address, height)
     return Reason.VALID
 
 
@@ -294,7 +300,7 @@ def genesis_delta(genesis_id: BlockId) -> LevelSetDelta:
     )
 
 
-_NO_UTXOS: MappingProxyType[Outpoint, Utxo] = MappingProxyType({})
+_NO_UTXOS: MappingProxyType[Outpoint, UtxoEntry] = MappingProxyType({})
 _NO_SPENDERS: MappingProxyType[Outpoint, TxId] = MappingProxyType({})
 
 
@@ -322,6 +328,7 @@ __all__ = [
     "Outpoint",
     "RootRecord",
     "Utxo",
+    "UtxoEntry",
     "evaluate_level_set",
     "genesis_delta",
 ]

@@ -14,7 +14,7 @@ from dagchain.blocks import Block, decode_block
 from dagchain.encoding import packer
 from dagchain.errors import EncodingError, StorageError
 from dagchain.history import BestChain, BestHeights, StoredMap
-from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, Utxo
+from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, UtxoEntry
 from dagchain.params import ConsensusParams
 from dagchain.pow import decode_compact, encode_compact
 from dagchain.retarget import Snapshot
@@ -112,9 +112,9 @@ def delta_row(d: LevelSetDelta, pack: Callable[[Any], bytes] = S.encode_row) -> 
     """
     return pack(
         [
-            [(t, i, u.amount, u.address) for (t, i), u in d.created.items()],
+            [(t, i, u[0], u[1]) for (t, i), u in d.created.items()],
             [
-                (t, i, u.amount, u.address, u.height, by)
+                (t, i, *u, by)
                 for ((t, i), u), by in zip(d.spent.items(), d.spenders.values(), strict=True)
             ],
             [[r] if rec is None else [r, *_root_fields(rec)] for r, rec in d.roots_before],
@@ -138,8 +138,8 @@ def parse_delta(ms: BlockId, l_row: list[Any], d_row: list[Any]) -> LevelSetDelt
         height=height,
         order=tuple(BlockId(b) for b in order),
         reasons=reasons,
-        created=MappingProxyType({(t, i): Utxo(a, Address(ad), height) for t, i, a, ad in created}),
-        spent=MappingProxyType({(t, i): Utxo(a, Address(ad), h) for t, i, a, ad, h, _ in spent}),
+        created=MappingProxyType({(t, i): (a, Address(ad), height) for t, i, a, ad in created}),
+        spent=MappingProxyType({(t, i): (a, Address(ad), h) for t, i, a, ad, h, _ in spent}),
         spenders=MappingProxyType({(t, i): TxId(sp) for t, i, _, _, _, sp in spent}),
         roots_before=tuple(
             (BlockId(r[0]), None if len(r) == 1 else RootRecord(r[1], TxId(r[2]), Address(r[3])))
@@ -219,7 +219,8 @@ class ChainState:
         self.best_height_of = BestHeights(self.best)
         self.peer_heads: dict[BlockId, tuple[BlockId, int]] = {}
         self.pending: dict[BlockId, None] = {}
-        self.utxos: dict[Outpoint, Utxo] = {}
+        self.utxos: dict[Outpoint, UtxoEntry] = {}
+        """The best chain's unspent outputs (``Chain.get_utxo`` makes ``Utxo`` records of them)."""
         self.get_utxo = self.utxos.get
         self.roots: dict[BlockId, RootRecord] = {}
         self.invalidated: set[BlockId] = set()
@@ -239,7 +240,7 @@ class ChainState:
         return parse_delta(BlockId(ms), S.decode_row(l_raw, l_key), S.decode_row(d_raw, d_key))
 
     # --- LedgerView (§7.3) over the best chain ---
-    get_utxo: Callable[[Outpoint], Utxo | None]
+    get_utxo: Callable[[Outpoint], UtxoEntry | None]
     """LedgerView: the best chain's unspent output (the UTXO dict's own ``get``: the ledger's
     V6 hot path calls it for every input)."""
 
@@ -318,15 +319,14 @@ class ChainState:
             put, delete, empty, small = wb.put, wb.delete, S.EMPTY_ROW, _INDEX_KEYS
             for (txid, index), utxo in delta.created.items():
                 key = txid + (small[index] if index < 256 else index.to_bytes(4, "big"))
-                address = utxo.address
-                put(b"u" + key, pack((utxo.amount, address, utxo.height)))
-                put(b"o" + address + key, empty)
+                put(b"u" + key, pack(utxo))  # [amount, address, height]
+                put(b"o" + utxo[1] + key, empty)
             spenders = delta.spenders
             for op, utxo in delta.spent.items():  # u and o rows go, a k row records the spend
                 index = op[1]
                 key = op[0] + (small[index] if index < 256 else index.to_bytes(4, "big"))
                 delete(b"u" + key)
-                delete(b"o" + utxo.address + key)
+                delete(b"o" + utxo[1] + key)
                 put(b"k" + key, pack((spenders[op], h)))
             for root, rec in delta.roots_after:
                 put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
@@ -374,7 +374,7 @@ class ChainState:
                 self._put_utxo(wb, op[0], op[1], spent[op])
             for (txid, index), utxo in delta.created.items():
                 wb.delete(S.outpoint_key(S.P_UTXO, txid, index))
-                wb.delete(S.address_key(utxo.address, txid, index))
+                wb.delete(S.address_key(utxo[1], txid, index))
             for root, before in delta.roots_before:
                 if before is None:
                     wb.delete(S.P_ROOT + root)
@@ -434,12 +434,9 @@ class ChainState:
             return milestone
         return self.best[target]
 
-    def _put_utxo(self, wb: WriteBatch, txid: bytes, index: int, utxo: Utxo) -> None:
-        wb.put(
-            S.outpoint_key(S.P_UTXO, txid, index),
-            S.encode_row([utxo.amount, utxo.address, utxo.height]),
-        )
-        wb.put(S.address_key(utxo.address, txid, index), S.EMPTY_ROW)
+    def _put_utxo(self, wb: WriteBatch, txid: bytes, index: int, utxo: UtxoEntry) -> None:
+        wb.put(S.outpoint_key(S.P_UTXO, txid, index), S.encode_row(list(utxo)))
+        wb.put(S.address_key(utxo[1], txid, index), S.EMPTY_ROW)
 
     @property
     def block_count(self) -> int:
@@ -469,7 +466,7 @@ class ChainState:
             wb.put(S.height_key(S.P_HEIGHT, 0), S.encode_row([gid]))
             wb.put(S.P_LS_HEIGHT + gid, S.encode_row([0]))
             for index, address, amount in faucet:
-                self._put_utxo(wb, gid, index, Utxo(amount, address, 0))
+                self._put_utxo(wb, gid, index, (amount, address, 0))
             wb.put(S.HEAD, head_row(HeadRecord(gid, 0, 0, gid)))
         self.load()
 
@@ -559,7 +556,7 @@ class ChainState:
         utxos = self.utxos
         for key, value in st.iter_prefix(S.P_UTXO):
             amount, address, h = S.decode_row(value, key)
-            utxos[(key[1:33], int.from_bytes(key[33:], "big"))] = Utxo(amount, Address(address), h)
+            utxos[(key[1:33], int.from_bytes(key[33:], "big"))] = (amount, Address(address), h)
         for key, value in st.iter_prefix(S.P_ROOT):
             bal, anchor, addr = S.decode_row(value, key)
             self.roots[BlockId(key[1:])] = RootRecord(bal, TxId(anchor), Address(addr))

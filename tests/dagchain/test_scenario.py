@@ -105,9 +105,9 @@ class Scenario:
 
     def refresh_spendable(self) -> None:
         self.spendable = [
-            (op, u.amount)
-            for op, u in self.chain.state.utxos.items()
-            if u.address in OWNER and op not in self.used
+            (op, amount)
+            for op, (amount, address, _) in self.chain.state.utxos.items()
+            if address in OWNER and op not in self.used
         ]
         self.spendable.sort()
 

@@ -5,6 +5,8 @@ u32 encoding above, issue 2 speed work); they must equal ``storage.schema``'s ke
 reopened chain must read the same UTXO set back.
 """
 
+import gc
+
 from dagchain.chain import Chain
 from dagchain.params import DEVNET
 from dagchain.storage import schema as S
@@ -41,3 +43,20 @@ def test_s12_outpoint_keys_below_and_above_index_256_match_the_schema() -> None:
     reopened = Chain(WIDE, store)
     assert reopened.utxos() == node.chain.utxos()
     assert reopened.get_utxo(fan.txid, 299) == node.chain.get_utxo(fan.txid, 299)
+
+
+def test_utxo_set_entries_leave_gc_scans() -> None:
+    """The UTXO set holds plain (amount, address, height) tuples, which the garbage collector
+    untracks after one pass: a node's largest structure is not rescanned by every full
+    collection (issue 2; ``Chain.get_utxo`` still returns ``Utxo`` records)."""
+    node = Node(WIDE)
+    last = node.warm_peer_chain(ALICE)[-1]
+    fan = transfer([(node.genesis, 0)], [(FAUCET_COINS // 3, BOB)] * 3, WIDE)
+    node.mine(last.id, txs=[fan], ms=True)
+    gc.collect()
+    entries = list(node.chain.state.utxos.values())
+    assert len(entries) == WIDE.faucet_outputs - 1 + 3
+    assert not any(gc.is_tracked(e) for e in entries)
+    utxo = node.chain.get_utxo(fan.txid, 2)
+    assert utxo is not None
+    assert (utxo.amount, utxo.address) == (FAUCET_COINS // 3, BOB)
