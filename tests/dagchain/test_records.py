@@ -1,4 +1,4 @@
-"""The hot-path records (TxIn, TxOut, Transaction, Utxo) keep value semantics.
+"""The hot-path records (TxIn, TxOut, Transaction) keep value semantics (and Utxo, frozen).
 
 They are slotted dataclasses with ``Final`` fields (read-only under mypy strict) instead of
 ``frozen=True`` (issue 2, speed); equality, hashing and ``dataclasses.replace`` must behave as
