@@ -28,12 +28,13 @@ def _f(row: Row, key: str) -> float:
     return float(Fraction(row[key]))
 
 
-def bandwidth(rows: list[Row]) -> list[str]:
+def bandwidth(rows: list[Row], extra: Sequence[str] = ()) -> list[str]:
+    lead = "".join(f"| {c} " for c in extra)
     out = [
-        "| Mbit/s | protocol | offered tps | offered (2nd half) | confirmed (2nd half) "
+        lead + "| Mbit/s | protocol | offered tps | offered (2nd half) | confirmed (2nd half) "
         "| confirmed / offered | confirmed (whole run) | latency p50 s | p90 s "
         "| stale milestones | propagation p90 s | duplicate rate | utilisation |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---" * len(extra) + "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         bw = _f(r, "network.bandwidth_mbps")
@@ -43,7 +44,9 @@ def bandwidth(rows: list[Row]) -> list[str]:
         o2, c2 = _f(r, "offered_tps_second_half"), _f(r, "throughput_tps_second_half")
         ratio = c2 / o2 if o2 else 0.0
         out.append(
-            f"| {r['network.bandwidth_mbps']} | {r['protocol']} | {r['load.tps']} | {o2:.1f} "
+            "".join(f"| {r[c]} " for c in extra)
+            + f"| {r['network.bandwidth_mbps']} | {r.get('protocol', '(file)')} "
+            f"| {r.get('load.tps', '(file)')} | {o2:.1f} "
             f"| {c2:.1f} | {ratio:.2f} | {_f(r, 'throughput_tps'):.1f} "
             f"| {_f(r, 'confirmation_latency_s.p50'):.2f} "
             f"| {_f(r, 'confirmation_latency_s.p90'):.2f} | {_f(r, 'stale_milestone_rate'):.3f} "
@@ -109,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=["bandwidth", "stale", "assignment"])
     parser.add_argument("csv", type=Path)
+    parser.add_argument("--extra", nargs="*", default=[], help="bandwidth: leading columns")
     parser.add_argument("--nodes", type=int, default=20, help="stale: nodes of the runs")
     parser.add_argument("--duration", type=float, default=240.0, help="stale: seconds")
     parser.add_argument("--block-rate", type=float, default=8.0, help="assignment: lambda")
@@ -120,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with args.csv.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     if args.kind == "bandwidth":
-        lines = bandwidth(rows)
+        lines = bandwidth(rows, args.extra)
     elif args.kind == "stale":
         lines = stale(rows, args.nodes, args.duration)
     else:

@@ -219,3 +219,22 @@ def test_ordering_lag_counts_every_ordered_block() -> None:
     verdicts = result["verdicts"]
     assert set(verdicts) <= {"valid", "sortition", "double-spend", "warmup", "missing-input"}
     assert verdicts.get("valid", 0) == result["txs_confirmed"] > 0
+
+
+def test_tables_bandwidth_utilisation_and_steady_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = _load_script("tables")
+    sweep = tmp_path / "bw.csv"
+    sweep.write_text(
+        "network.bandwidth_mbps,chain.sortition_k,offered_tps_second_half,"
+        "throughput_tps_second_half,throughput_tps,confirmation_latency_s.p50,"
+        "confirmation_latency_s.p90,stale_milestone_rate,propagation_s.p90,duplicate_tx_rate,"
+        "bytes_sent\n5,10,200,100,90,1,2,0.05,0.2,0.01,75000000\n",
+        encoding="utf-8",
+    )
+    assert tables.main(["bandwidth", str(sweep), "--extra", "chain.sortition_k"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split(" | ")
+    assert row[0] == "| 10"
+    assert row[6] == "0.50"  # confirmed / offered in the second half
+    assert row[-1] == "0.050 |"  # 75 MB x 8 / (20 nodes x 120 s x 5 Mbit/s)
