@@ -4,7 +4,8 @@ For one run, every block of the observer's final best chain gets its ordering la
 minus the height of its milestone link. S6 makes every tx of a block with a lag above
 ``sortition_freshness`` INVALID(``sortition``), and R2 takes R(h) from a block whose lag is above
 ``reward_freshness``. Prints the lag distribution, the share of blocks beyond each bound and the
-verdicts of all TRANSFER inclusions.
+verdicts of all TRANSFER inclusions. ``--oldest-tip`` runs the same scenario with templates whose
+tip link prefers the oldest unlinked pending block instead of the newest (§3.4's tie-break).
 
     python experiments/ordering_lag.py experiments/assignment.toml \\
         --set nodes=100 --set miners.count=100 --set duration_s=200 --set chain.sortition_k=4 \\
@@ -17,18 +18,66 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dagchain.chain import Chain
 from dagchain.errors import Reason
 from dagchain.transactions import TxKind
+from dagchain.types import BlockId
+from miner import template
 from simulator.scenario import load_scenario
 from simulator.sim_node import SimNode
 from simulator.simulation import OBSERVER, Simulation
 
 
-def measure(scenario_path: Path, overrides: Sequence[str]) -> dict[str, Any]:
+def oldest_first_tip_link(
+    chain: Chain, ms_link: BlockId, previous: bytes, own_root: BlockId | None
+) -> BlockId:
+    """§3.4's tip link with the opposite tie-break: the *oldest* unlinked pending block first.
+
+    A copy of ``miner.template._tip_link`` but for ``-meta.seq`` in the key; the experiment
+    ``--oldest-tip`` swaps it in for one run (PROTOCOL.md §14, question 2).
+    """
+    p = chain.params
+    snap = chain.get_snapshot(ms_link)
+    link_height = snap.height if snap is not None else 0
+    linked: set[bytes] = set()
+    pending = chain.pending_blocks()
+    for bid in pending:
+        block = chain.get_block(bid)
+        if block is not None:
+            linked.update(block.header.links)
+    best: tuple[bool, int, BlockId] | None = None
+    for bid in pending:
+        meta = chain.get_meta(bid)
+        if meta is None or bid == previous or meta.root == own_root:
+            continue
+        if link_height - template._msh(chain, bid) >= p.punctuality:  # D5b
+            continue
+        if chain.best_height - meta.ms_link_height > p.punctuality // 2:
+            continue
+        key = (bid not in linked, -meta.seq, bid)
+        if best is None or key > best:
+            best = key
+    if best is not None:
+        return best[2]
+    original: Any = ORIGINAL_TIP_LINK
+    return original(chain, ms_link, previous, own_root)  # type: ignore[no-any-return]
+
+
+ORIGINAL_TIP_LINK = template._tip_link
+
+
+def measure(
+    scenario_path: Path, overrides: Sequence[str], oldest_tip: bool = False
+) -> dict[str, Any]:
     """Run once; lags (lag -> blocks), tx verdicts (reason label -> inclusions) and the bounds."""
     scenario = load_scenario(scenario_path, overrides)
     sim = Simulation(scenario)
-    metrics = sim.run().metrics
+    if oldest_tip:
+        template._tip_link = oldest_first_tip_link
+    try:
+        metrics = sim.run().metrics
+    finally:
+        template._tip_link = ORIGINAL_TIP_LINK
     observer = sim.nodes[OBSERVER]
     if not isinstance(observer, SimNode):  # pragma: no cover - node 0 is a full node
         raise TypeError("the observer must be a full node")
@@ -66,8 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", type=Path)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument(
+        "--oldest-tip", action="store_true", help="templates link the oldest unlinked tip first"
+    )
     args = parser.parse_args(argv)
-    result = measure(args.scenario, args.overrides)
+    result = measure(args.scenario, args.overrides, args.oldest_tip)
     lags: dict[int, int] = result["lags"]
     total = sum(lags.values())
     print(f"blocks ordered: {total}")

@@ -238,3 +238,17 @@ def test_tables_bandwidth_utilisation_and_steady_state(
     assert row[0] == "| 10"
     assert row[6] == "0.50"  # confirmed / offered in the second half
     assert row[-1] == "0.050 |"  # 75 MB x 8 / (20 nodes x 120 s x 5 Mbit/s)
+
+
+def test_ordering_lag_oldest_tip_variant_is_swapped_back() -> None:
+    from miner import template
+
+    lag = _load_script("ordering_lag")
+    original = template._tip_link
+    result = lag.measure(
+        EXPERIMENTS / "assignment.toml",
+        ["nodes=6", "miners.count=4", "duration_s=10", "chain.sortition_k=2"],
+        oldest_tip=True,
+    )
+    assert sum(result["lags"].values()) > 0
+    assert template._tip_link is original
