@@ -55,6 +55,14 @@ def test_the_issue_8_files_exist() -> None:
         "sweep_assignment.toml",
         "sweep_double_spend.toml",
         "sweep_selfish.toml",
+        "bandwidth.toml",
+        "sweep_bandwidth.toml",
+        "sweep_saturation_k.toml",
+        "sweep_saturation_nakamoto.toml",
+        "stale.toml",
+        "sweep_stale.toml",
+        "sweep_assignment_n.toml",
+        "fairness.toml",
     ):
         assert name in names
 
