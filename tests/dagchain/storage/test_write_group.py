@@ -5,10 +5,12 @@ ends and then exactly one batch; a batch whose block raises is dropped alone; an
 the group still writes the complete batches before it. A chain fed in groups (per level set, in
 random chunks, in random delivery order with orphans, with a one-milestone memory window so
 history is read back from the store mid-group) ends with the same rows, byte for byte, as one
-fed block by block, on both backends; a rejected block inside a group leaves the store exactly
-as per-block application up to that block.
+fed block by block, on both backends, and so does a reorganisation with F8 invalidate and
+reconsider inside one group; a rejected block inside a group leaves the store exactly as
+per-block application up to that block.
 """
 
+import contextlib
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +24,9 @@ from dagchain.storage import KVStore
 from dagchain.storage.group import GroupingStore
 from dagchain.storage.leveldb import LevelDBStore
 from dagchain.storage.memory import MemoryStore
+from dagchain.types import BlockId
 from tests.dagchain.storage.conftest import StoreFactory
+from tests.dagchain.test_forkchoice import two_branch_node
 from tests.dagchain.test_properties import NOW, PARAMS, Dag, build_dag
 
 
@@ -199,3 +203,32 @@ def tampered(block: Block) -> bytes:
     raw = bytearray(block.raw)
     raw[-1] ^= 1
     return bytes(raw)
+
+
+@pytest.mark.parametrize("window", [None, 1])
+def test_reorganisation_and_f8_inside_one_group_match_per_batch(window: int | None) -> None:
+    """A reorg, invalidate and reconsider inside one group (F2 over milestones read back through
+    the overlay, with a one-milestone window: the store scan merges the pending writes)."""
+    node, _, losing, winning = two_branch_node()
+    blocks = [b.raw for b in node.sent]
+
+    def run(grouped: bool) -> tuple[Chain, list[BlockId]]:
+        chain = Chain(node.params, MemoryStore(), memory_window=window)
+        heads: list[BlockId] = []
+        with chain.write_group() if grouped else contextlib.nullcontext():
+            for raw in blocks:
+                chain.on_block(raw, node.now_ms)
+            heads.append(chain.best_id)
+            chain.invalidate(winning[0].id)
+            heads.append(chain.best_id)
+            chain.reconsider(winning[0].id)
+            heads.append(chain.best_id)
+        return chain, heads
+
+    per_batch, heads = run(grouped=False)
+    grouped, grouped_heads = run(grouped=True)
+    assert heads == [winning[-1].id, losing[-1].id, winning[-1].id]
+    assert grouped_heads == heads
+    assert rows(grouped.store) == rows(per_batch.store)
+    assert isinstance(grouped.store, MemoryStore)
+    assert grouped.store.batches_written == 2  # genesis, then the one group
