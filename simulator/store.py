@@ -18,17 +18,19 @@ from typing import final
 class SimBatch:
     """Puts and deletes of one batch; applied to the store's dict on a clean exit."""
 
-    __slots__ = ("_data", "ops", "put")
+    __slots__ = ("_data", "_deletes", "ops", "put")
 
     def __init__(self, data: dict[bytes, bytes]) -> None:
         ops: dict[bytes, bytes | None] = {}
         self._data = data
+        self._deletes = False
         self.ops = ops
         self.put: Callable[[bytes, bytes], None] = ops.__setitem__
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the batch commits."""
         self.ops[key] = None
+        self._deletes = True
 
     def __enter__(self) -> "SimBatch":
         return self
@@ -38,7 +40,7 @@ class SimBatch:
             return
         ops, data = self.ops, self._data
         data.update(ops)  # type: ignore[arg-type]  # the None values are removed just below
-        if None in ops.values():
+        if self._deletes:
             for key in [k for k, v in ops.items() if v is None]:
                 del data[key]
 
