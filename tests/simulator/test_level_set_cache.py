@@ -32,7 +32,7 @@ def test_nodes_store_what_a_memory_store_chain_without_the_memo_stores() -> None
     assert memo.hits > 0  # most evaluations came from the memo
     assert result.metrics["stale_milestone_rate"] > 0  # there were competing milestones
     now = int(sim.now_ms)
-    for node in sim.nodes:
+    for node in sim.full_nodes:
         chain = node.chain
         accepted = sorted((meta.seq, bid) for bid, meta in chain.state.meta.items() if meta.seq > 0)
         fresh = Chain(sim.params, MemoryStore())

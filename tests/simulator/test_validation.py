@@ -69,14 +69,14 @@ def test_block_shares_follow_hash_shares(zero_delay_run: Simulation) -> None:
 def test_zero_delay_gives_zero_stale_milestones(zero_delay_run: Simulation) -> None:
     recs = zero_delay_run.recorder.blocks.values()
     assert sum(r.is_milestone for r in recs) > 300
-    best = set(zero_delay_run.nodes[0].chain.best_chain())
+    best = set(zero_delay_run.full_nodes[0].chain.best_chain())
     assert [
         r for bid, r in zero_delay_run.recorder.blocks.items() if r.is_milestone and bid not in best
     ] == []
 
 
 def test_level_set_size_averages_one_over_p(zero_delay_run: Simulation) -> None:
-    chain = zero_delay_run.nodes[0].chain
+    chain = zero_delay_run.full_nodes[0].chain
     snap = chain.best_snapshot
     p = snap.ms_target / snap.blk_target  # 1/b up to compact-target rounding
     sizes = []
