@@ -33,34 +33,9 @@ def oldest_first_tip_link(
 ) -> BlockId:
     """§3.4's tip link with the opposite tie-break: the *oldest* unlinked pending block first.
 
-    A copy of ``miner.template._tip_link`` but for ``-meta.seq`` in the key; the experiment
     ``--oldest-tip`` swaps it in for one run (PROTOCOL.md §14, question 2).
     """
-    p = chain.params
-    snap = chain.get_snapshot(ms_link)
-    link_height = snap.height if snap is not None else 0
-    linked: set[bytes] = set()
-    pending = chain.pending_blocks()
-    for bid in pending:
-        block = chain.get_block(bid)
-        if block is not None:
-            linked.update(block.header.links)
-    best: tuple[bool, int, BlockId] | None = None
-    for bid in pending:
-        meta = chain.get_meta(bid)
-        if meta is None or bid == previous or meta.root == own_root:
-            continue
-        if link_height - template._msh(chain, bid) >= p.punctuality:  # D5b
-            continue
-        if chain.best_height - meta.ms_link_height > p.punctuality // 2:
-            continue
-        key = (bid not in linked, -meta.seq, bid)
-        if best is None or key > best:
-            best = key
-    if best is not None:
-        return best[2]
-    original: Any = ORIGINAL_TIP_LINK
-    return original(chain, ms_link, previous, own_root)  # type: ignore[no-any-return]
+    return ORIGINAL_TIP_LINK(chain, ms_link, previous, own_root, oldest_first=True)
 
 
 ORIGINAL_TIP_LINK = template._tip_link

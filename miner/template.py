@@ -236,8 +236,19 @@ def _milestone_link(chain: Chain, previous: bytes, now_ms: int) -> tuple[BlockId
     return chain.state.best[catch_up_height], True
 
 
-def _tip_link(chain: Chain, ms_link: BlockId, previous: bytes, own_root: BlockId | None) -> BlockId:
-    """A pending best-chain block of another peer chain (§3.4), else a milestone."""
+def _tip_link(
+    chain: Chain,
+    ms_link: BlockId,
+    previous: bytes,
+    own_root: BlockId | None,
+    *,
+    oldest_first: bool = False,
+) -> BlockId:
+    """A pending best-chain block of another peer chain (§3.4), else a milestone.
+
+    Among unlinked candidates §3.4 prefers the newest (greatest arrival sequence);
+    ``oldest_first`` reverses that tie-break (the experiment experiments/ordering_lag.py).
+    """
     p = chain.params
     snap = chain.get_snapshot(ms_link)
     link_height = snap.height if snap is not None else 0
@@ -257,7 +268,7 @@ def _tip_link(chain: Chain, ms_link: BlockId, previous: bytes, own_root: BlockId
             continue
         if best_height - meta.ms_link_height > p.punctuality // 2:
             continue
-        key = (bid not in linked, meta.seq, bid)
+        key = (bid not in linked, -meta.seq if oldest_first else meta.seq, bid)
         if best is None or key > best:
             best = key
     if best is not None:

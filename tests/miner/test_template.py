@@ -105,3 +105,21 @@ def test_head_from_the_future_gives_no_template_for_now() -> None:
     assert err.value.code == "head-in-future"
     assert build_template(node.chain, pool, node.now_ms, root=reg.id) is None
     assert build_template(node.chain, pool, node.now_ms + ahead, root=reg.id) is not None
+
+
+def test_tip_link_prefers_the_newest_unlinked_block_or_the_oldest_when_asked() -> None:
+    """§3.4 tie-break among unlinked pending blocks of other peer chains: newest arrival first;
+    ``oldest_first`` (the ordering-lag experiment's variant) takes the oldest."""
+    from miner.template import _tip_link
+
+    node, pool = Node(DEVNET), Mempool(DEVNET)
+    alice = mine(node, pool, try_build_template(node.chain, pool, node.now_ms, register=ALICE))
+    _, carol = key(4)
+    # both templates are built before either block exists, so neither links the other
+    for_bob = try_build_template(node.chain, pool, node.now_ms, register=BOB)
+    for_carol = try_build_template(node.chain, pool, node.now_ms, register=carol)
+    bob = mine(node, pool, for_bob, False)
+    newer = mine(node, pool, for_carol, False)
+    ms_link = node.chain.best_id
+    assert _tip_link(node.chain, ms_link, alice.id, alice.id) == newer.id
+    assert _tip_link(node.chain, ms_link, alice.id, alice.id, oldest_first=True) == bob.id
