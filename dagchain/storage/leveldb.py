@@ -28,6 +28,11 @@ WRITE_BUFFER_BYTES = 16 * 1024 * 1024
 """Memtable size (LevelDB's default is 4 MiB): fewer level-0 tables and compactions per block
 applied (bench/storage.py: about 1.3 times the CPU rate of the default); a fixed cap, so it adds
 at most twice this much resident memory, whatever the chain's length."""
+MAX_OPEN_FILES = 50
+"""LevelDB keeps at most this many table files open (default 1,000), and memory-maps each open
+one; a smaller cap bounds the mapped pages counted in the resident set as the database grows
+(bench/storage.py, two pairs of runs: peak VmRSS 100k -> 300k blocks 1.10-1.12 times against
+1.27-1.48 with the default, same apply rates; docs/protocol.md decision 20)."""
 COMPRESSION: str | None = None
 """No Snappy: rows are mostly random 32-byte ids that do not compress, and compressing them cost
 about a quarter of the apply CPU time (bench/storage.py)."""
@@ -75,6 +80,7 @@ class LevelDBStore:
                 lru_cache_size=block_cache_bytes,
                 write_buffer_size=write_buffer_bytes,
                 compression=COMPRESSION,
+                max_open_files=MAX_OPEN_FILES,
             )
         except plyvel.Error as exc:
             raise self._error("cannot open", exc) from None
