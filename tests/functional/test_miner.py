@@ -317,10 +317,16 @@ def test_two_miners_on_two_nodes_link_each_other_and_are_paid_by_the_rules(
 
     log.info("Recompute every reward from the level sets (R1, R2, R3, R7) and compare")
     credit, claims = _rewards_from_level_sets(a_node, {root_a: blocks_a, root_b: blocks_b})
+    log.info("credit %s, valid claims %s", credit, claims)
+    # A miner's one redemption may still be unordered when it stops, or INVALID after a
+    # reorganisation shrank its credit (R4); the balances must match the recomputation either
+    # way, and at least one redemption must have been paid.
+    assert sum(claims.values()) > 0
     for m, root, payout in ((a, root_a, PAYOUT), (b, root_b, PAYOUT_B)):
+        assert credit[root] > 0, m.datadir
         for node in (a_node, b_node):
             paid = int(node.request("GET", f"/v1/addresses/{payout}")["balance"])
-            assert paid == claims[root] > 0, (m.datadir, node.name)
+            assert paid == claims[root], (m.datadir, node.name)
             template = node.request("GET", f"/v1/mining/template?root={root}", auth=True)
             assert int(template["redeemable"]) == credit[root] - claims[root]
 
