@@ -6,6 +6,8 @@ minus the height of its milestone link. S6 makes every tx of a block with a lag 
 ``reward_freshness``. Prints the lag distribution, the share of blocks beyond each bound and the
 verdicts of all TRANSFER inclusions. ``--oldest-tip`` runs the same scenario with templates whose
 tip link prefers the oldest unlinked pending block instead of the newest (§3.4's tie-break).
+``--json PATH`` also writes the run's full metrics (the ones ``dagchain-sim run`` writes, wall
+fields included) beside the lags, so one large run gives both (section 2c of docs/experiments.md).
 
     python experiments/ordering_lag.py experiments/assignment.toml \\
         --set nodes=100 --set miners.count=100 --set duration_s=200 --set chain.sortition_k=4 \\
@@ -14,6 +16,7 @@ tip link prefers the oldest unlinked pending block instead of the newest (§3.4'
 
 import argparse
 import collections
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,6 +86,7 @@ def measure(
         "reward_freshness": sim.params.reward_freshness,
         "txs_offered": metrics["txs_offered"],
         "txs_confirmed": metrics["txs_confirmed"],
+        "metrics": metrics,
     }
 
 
@@ -93,8 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--oldest-tip", action="store_true", help="templates link the oldest unlinked tip first"
     )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the run's full metrics (as dagchain-sim writes them) with the lags here",
+    )
     args = parser.parse_args(argv)
     result = measure(args.scenario, args.overrides, args.oldest_tip)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     lags: dict[int, int] = result["lags"]
     total = sum(lags.values())
     print(f"blocks ordered: {total}")

@@ -3,8 +3,8 @@
 Scenario files go through ``dagchain-sim run`` with a few nodes and a few simulated seconds;
 sweep files (those with a ``[grid]``) go through ``load_sweep`` and ``run_point`` for every grid
 point with the same tiny overrides, so a renamed scenario key or a bad grid value fails here.
-The analysis script ``experiments/fairness.py`` runs once on a tiny scenario, and the Dask
-executor (when dask is installed) must give the local executor's rows for the same sweep file.
+The analysis script ``experiments/fairness.py`` runs once on a tiny scenario, and the Dask and Ray
+executors (each when installed) must give the local executor's rows for the same sweep file.
 """
 
 import csv
@@ -20,7 +20,8 @@ import pytest
 
 from simulator.cli import main
 from simulator.scenario import parse_override
-from simulator.sweep import load_sweep, run_point, run_sweep
+from simulator.simulation import WALL_FIELDS
+from simulator.sweep import flatten, load_sweep, run_point, run_sweep
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 FILES = sorted(EXPERIMENTS.glob("*.toml"))
@@ -138,6 +139,22 @@ def test_dask_executor_gives_the_local_rows(tmp_path: Path) -> None:
     assert dask.read_text(encoding="utf-8") == local_text
 
 
+def test_ray_executor_gives_the_local_rows(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    sweep = tmp_path / "sweep.toml"
+    base = (EXPERIMENTS / "stale.toml").as_posix()
+    sweep.write_text(
+        f'base = "{base}"\nseeds = [1, 2]\nset = ["nodes=5", "duration_s=5", "miners.count=3"]\n'
+        '[grid]\n"chain.block_rate" = [8, 16]\n',
+        encoding="utf-8",
+    )
+    local = run_sweep(sweep, "local", 1, tmp_path / "local")
+    ray = run_sweep(sweep, "ray", 2, tmp_path / "ray")
+    local_text = local.read_text(encoding="utf-8")
+    assert local_text.count("\n") == 5  # header + 2 points x 2 seeds
+    assert ray.read_text(encoding="utf-8") == local_text  # same rows, in grid order
+
+
 def test_equal_security_depth_is_the_smallest_safe_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -227,6 +244,25 @@ def test_ordering_lag_counts_every_ordered_block() -> None:
     verdicts = result["verdicts"]
     assert set(verdicts) <= {"valid", "sortition", "double-spend", "warmup", "missing-input"}
     assert verdicts.get("valid", 0) == result["txs_confirmed"] > 0
+
+
+def test_ordering_lag_json_holds_the_sweep_metrics_of_the_same_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Section 2c takes duplicates and waits of its N = 1,000 runs from ``--json``, not a sweep."""
+    lag = _load_script("ordering_lag")
+    overrides = ["nodes=6", "miners.count=4", "duration_s=12", "load.tps=5", "chain.sortition_k=2"]
+    out = tmp_path / "lag.json"
+    sets = [a for o in overrides for a in ("--set", o)]
+    assert lag.main([str(EXPERIMENTS / "assignment.toml"), *sets, "--json", str(out)]) == 0
+    dumped = json.loads(out.read_text(encoding="utf-8"))
+    assert sum(dumped["lags"].values()) > 0
+    assert "blocks ordered" in capsys.readouterr().out
+    base = tomllib.loads((EXPERIMENTS / "assignment.toml").read_text(encoding="utf-8"))
+    row = run_point(base, [parse_override(o) for o in overrides], 1)
+    metrics = {k: v for k, v in flatten(dumped["metrics"]).items() if k not in WALL_FIELDS}
+    assert {"duplicate_tx_rate", "mempool_wait_s.p50", "txs_confirmed"} <= set(metrics)
+    assert metrics == {k: v for k, v in row.items() if k in metrics}
 
 
 def test_tables_bandwidth_utilisation_and_steady_state(
