@@ -41,6 +41,49 @@ def double_spend_probability(q: float, z: int) -> float:
     return 1.0 - total
 
 
+def double_spend_probability_cutoff(q: float, z: int, deficit: int) -> float:
+    """Rosenfeld's race (one pre-mined block) for an attacker who gives up ``deficit`` behind.
+
+    Events are milestones, the attacker's with probability q. The lead L = a - h starts at 1
+    (the pre-mined block); the attacker gives up as soon as L <= -deficit, and wins once the
+    honest branch holds z milestones and L >= 1. Exact: the lead at each honest milestone up to
+    the z-th (a geometric number of attacker milestones per honest one), then gambler's ruin
+    between -deficit and +1. ``deficit`` -> infinity gives ``double_spend_probability``.
+    """
+    if deficit < 1:
+        raise ValueError("deficit must be at least 1")
+    p = 1.0 - q
+    if q <= 0.0:
+        return 0.0
+    won = 0.0
+    dist: dict[int, float] = {1: 1.0}
+    for k in range(1, z + 1):  # the k-th honest milestone
+        step: dict[int, float] = {}
+        for lead, weight in dist.items():
+            sure = z - k + 2 - lead  # g >= sure attacker milestones first: ahead to the end
+            if sure <= 0:
+                won += weight
+                continue
+            won += weight * q**sure
+            for g in range(sure):
+                after = lead + g - 1
+                if after > -deficit:
+                    step[after] = step.get(after, 0.0) + weight * q**g * p
+        dist = step
+    span = deficit + 1
+    for lead, weight in dist.items():  # lead <= 0 here: ruin between -deficit and +1
+        i = lead + deficit
+        if q == p:
+            won += weight * i / span
+        elif q < p:  # (1 - r^i) / (1 - r^span), r = p/q > 1, written with x = q/p < 1
+            x = q / p
+            won += weight * (x ** (span - i) - x**span) / (1.0 - x**span)
+        else:
+            r = p / q
+            won += weight * (1.0 - r**i) / (1.0 - r**span)
+    return won
+
+
 def nakamoto_probability(q: float, z: int) -> float:
     """Nakamoto (2008), section 11: the Poisson approximation of the attacker's progress."""
     p = 1.0 - q
@@ -210,6 +253,7 @@ __all__ = [
     "DoubleSpendRace",
     "SelfishMiner",
     "double_spend_probability",
+    "double_spend_probability_cutoff",
     "nakamoto_probability",
     "run_attack",
     "selfish_revenue",

@@ -13,7 +13,8 @@ reward balances) and produces every ``metrics.json`` key of INTERFACES.md:
 - ``stale_milestone_rate``: milestone blocks mined that are not on the final best chain;
 - ``confirmation_latency_s``: offer to first VALID inclusion in the observer's best chain (one
   confirmation, F7); ``mempool_wait_s``: offer to the mining of the block holding the VALID copy;
-- ``propagation_s``: block mined to block accepted, pooled over every (block, other node) pair;
+- ``propagation_s``: block mined (or released, for a withholding attacker's block) to block
+  accepted, pooled over every (block, other node) pair;
 - ``revenue_share``: each peer chain's reward balance on the observer's best chain over the sum
   (R2, R7: block rewards, fees, milestone bonuses).
 Percentiles are nearest-rank on sorted values, so equal runs give equal bytes.
@@ -44,6 +45,8 @@ class BlockRecord:
     txs: int
     size: int
     delays: array = field(default_factory=lambda: array("f"))  # type: ignore[type-arg]
+    sent_ms: float = 0.0
+    """When the block left its miner (``created_ms``, or a withholding attacker's release)."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -71,7 +74,7 @@ class Recorder:
     def on_mined(self, miner: int, block: Block, now_ms: float, is_milestone: bool) -> None:
         """A miner solved ``block``; its own node's core said whether it is a milestone."""
         self.blocks[block.id] = BlockRecord(
-            miner, now_ms, is_milestone, len(block.txs), len(block.raw)
+            miner, now_ms, is_milestone, len(block.txs), len(block.raw), sent_ms=now_ms
         )
 
     def on_offered(self, tx: Transaction, now_ms: float) -> None:
@@ -83,7 +86,7 @@ class Recorder:
         for bid in accepted:
             rec = blocks.get(bid)
             if rec is not None and node != rec.miner:
-                rec.delays.append((now_ms - rec.created_ms) / 1000.0)
+                rec.delays.append((now_ms - rec.sent_ms) / 1000.0)
 
     def on_level_set(self, chain: Chain, delta: LevelSetDelta, now_ms: float) -> None:
         """The observer applied a level set: note first VALID confirmations."""

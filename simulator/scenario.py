@@ -102,6 +102,11 @@ class AttackConfig(_Table):
     gamma: float = Field(default=0.0, ge=0, le=1)
     confirmations: int = Field(default=6, ge=1)
     trials: int = Field(default=1000, ge=1)
+    model: Literal["race", "network"] = "race"
+    """``race``: milestone-race models (simulator/adversary.py); ``network``: a withholding node
+    in the simulated network (simulator/network_attack.py)."""
+    give_up_deficit: int = Field(default=10, ge=1)
+    """Network double spend: the attacker abandons a trial this many milestones behind."""
 
 
 class Scenario(_Table):
@@ -239,6 +244,16 @@ def build_scenario(data: dict[str, Any]) -> Scenario:
         raise ScenarioError(_format_error(exc)) from None
     scenario.blocks_per_ms  # noqa: B018  (validates b)
     scenario.honest_shares()
+    attack = scenario.attack
+    if attack.model == "network" and attack.kind != "none":
+        if scenario.full_nodes <= scenario.mining_nodes:
+            raise ScenarioError(
+                "attack.model = network needs a full node that does not mine honestly for the "
+                f"attacker (node {scenario.mining_nodes}): nodes and network.full_nodes must "
+                f"exceed miners.count ({scenario.mining_nodes})"
+            )
+        if attack.share <= 0:
+            raise ScenarioError("attack.model = network needs attack.share > 0")
     if scenario.full_nodes < scenario.mining_nodes:
         raise ScenarioError(
             f"network.full_nodes = {scenario.network.full_nodes} is fewer than the "

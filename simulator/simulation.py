@@ -21,9 +21,10 @@ from simulator import adversary
 from simulator.engine import Engine
 from simulator.knowledge import Knowledge
 from simulator.load import TxLoad
-from simulator.metrics import Recorder, block_rows, compute_metrics
+from simulator.metrics import DIGITS, Recorder, block_rows, compute_metrics
 from simulator.mining import Miner
 from simulator.network import Network
+from simulator.network_attack import NetworkDoubleSpend
 from simulator.relay_node import RelayNode
 from simulator.rng import RngStreams
 from simulator.scenario import Scenario
@@ -84,6 +85,8 @@ class Simulation:
                 for i in range(full, scenario.nodes)
             ),
         ]
+        self._mined_ms = scenario.duration_s * 1000.0
+        """Simulated ms of mining (less than ``duration_s`` once a network attack is done)."""
         self._inflight_blocks: dict[bytes, dict[int, float]] = {}
         self._inflight_txs: dict[bytes, dict[int, float]] = {}
         self.recorder = Recorder()
@@ -100,6 +103,10 @@ class Simulation:
                 self.streams.stream(f"mining:{i}"),
                 self.recorder,
             )
+        self.attacker: NetworkDoubleSpend | None = None
+        attack = scenario.attack
+        if attack.kind != "none" and attack.model == "network":
+            self.attacker = self._network_attacker(rate_per_ms, target0)
         self.load = TxLoad(
             scenario.load.tps,
             scenario.load.tx_bytes,
@@ -111,6 +118,50 @@ class Simulation:
             self.recorder,
         )
 
+    def _network_attacker(self, rate_per_ms: float, target0: int) -> NetworkDoubleSpend:
+        """The withholding node (simulator/network_attack.py): node ``miners.count``."""
+        attack = self.scenario.attack
+        if attack.kind != "double_spend":
+            raise ValueError(f"attack.model = network does not support kind {attack.kind!r}")
+        node = self.full_nodes[self.scenario.mining_nodes]
+        miner = Miner(
+            node,
+            attack.share,
+            rate_per_ms,
+            target0,
+            self.engine,
+            self.streams.stream("adversary"),
+            self.recorder,
+        )
+        self.miners[node.index] = miner
+        return NetworkDoubleSpend(
+            node,
+            self.observer.chain,
+            miner,
+            self._release,
+            share=attack.share,
+            confirmations=attack.confirmations,
+            max_trials=attack.trials,
+            give_up_deficit=attack.give_up_deficit,
+        )
+
+    def _release(self, block_id: BlockId, raw: bytes) -> None:
+        """The attacker publishes a withheld block; propagation is timed from now."""
+        if self.attacker is None:  # pragma: no cover - only the attacker releases
+            return
+        record = self.recorder.blocks.get(block_id)
+        if record is not None:
+            record.sent_ms = self.engine.now_ms
+        self._send(
+            self.attacker.index,
+            block_id,
+            raw,
+            -1,
+            self.known_blocks,
+            self._inflight_blocks,
+            True,
+        )
+
     # ------------------------------------------------------------------ Hub
     @property
     def now_ms(self) -> float:
@@ -118,6 +169,15 @@ class Simulation:
         return self.engine.now_ms + self._clock_offset
 
     def send_block(self, src: int, block_id: BlockId, raw: bytes, exclude: int) -> None:
+        # A block a node sends with itself as the sender is one its own miner just solved.
+        attacker = self.attacker
+        if (
+            src == exclude
+            and attacker is not None
+            and src == attacker.index
+            and attacker.withhold(block_id, raw)
+        ):
+            return
         self._send(src, block_id, raw, exclude, self.known_blocks, self._inflight_blocks, True)
 
     def send_tx(self, src: int, txid: TxId, raw: bytes, exclude: int) -> None:
@@ -171,16 +231,17 @@ class Simulation:
     def on_accepted(self, node: NodeRef, outcome: BlockOutcome) -> None:
         now = self.engine.now_ms
         self.recorder.on_accepted(node.index, outcome.accepted, now)
-        if not outcome.reorgs:
-            return
-        if node.index == OBSERVER:
-            for reorg in outcome.reorgs:
-                for delta in reorg.applied:
-                    self.recorder.on_level_set(self.observer.chain, delta, now)
-                    self.load.on_level_set(delta)
-        miner = self.miners.get(node.index)
-        if miner is not None:
-            miner.on_head_change()
+        if outcome.reorgs:
+            if node.index == OBSERVER:
+                for reorg in outcome.reorgs:
+                    for delta in reorg.applied:
+                        self.recorder.on_level_set(self.observer.chain, delta, now)
+                        self.load.on_level_set(delta)
+            miner = self.miners.get(node.index)
+            if miner is not None:
+                miner.on_head_change()
+        if self.attacker is not None:
+            self.attacker.on_accepted(node.index, outcome)
 
     # ------------------------------------------------------------------ running
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
@@ -191,13 +252,20 @@ class Simulation:
         self.load.start()
         duration_ms = self.scenario.duration_s * 1000.0
         with _rare_gc():
-            self.engine.run(until_ms=duration_ms, progress=progress)
+            if self.attacker is None:
+                self.engine.run(until_ms=duration_ms, progress=progress)
+            else:
+                self._run_attack(duration_ms, progress)
             for miner in self.miners.values():
                 miner.stop()
             self.load.stopped = True
             self.engine.run(progress=progress)
         metrics = self._metrics()
-        attack = adversary.run_attack(self.scenario, self.params, self.streams)
+        if self.attacker is not None:
+            attack = self.attacker.metrics()
+            attack["simulated_s"] = round(self._mined_ms / 1000.0, DIGITS)
+        else:
+            attack = adversary.run_attack(self.scenario, self.params, self.streams)
         metrics.update(attack)
         if "attacker_revenue_share" in attack:
             a = attack["attacker_revenue_share"]
@@ -212,12 +280,29 @@ class Simulation:
         rows = block_rows(self.recorder, self.observer.chain, len(self.nodes))
         return RunResult(metrics, rows, events, wall)
 
+    def _run_attack(
+        self, duration_ms: float, progress: Callable[[float], None] | None = None
+    ) -> None:
+        """Mine until ``duration_ms`` or until the network attacker has run all its trials.
+
+        The engine runs in slices of ``ATTACK_SLICE_MS``; running to t and then on is the same
+        event sequence as one run, so only the stopping time differs.
+        """
+        attacker = self.attacker
+        until = 0.0
+        while until < duration_ms and attacker is not None and attacker.phase != "done":
+            until = min(duration_ms, until + ATTACK_SLICE_MS)
+            self.engine.run(until_ms=until, progress=progress)
+        self._mined_ms = until
+
     def _metrics(self) -> dict[str, Any]:
         roots: dict[bytes, str] = {
             n.root: f"miner_{n.index}" for n in self.nodes if n.root is not None
         }
+        if self.attacker is not None and self.attacker.node.root is not None:
+            roots[self.attacker.node.root] = "attacker"
         metrics = compute_metrics(
-            self.recorder, self.observer.chain, self.scenario.duration_s, roots
+            self.recorder, self.observer.chain, self._mined_ms / 1000.0, roots
         )
         metrics["txs_starved"] = self.load.starved
         metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
@@ -229,6 +314,8 @@ class Simulation:
         return metrics
 
 
+ATTACK_SLICE_MS = 10_000.0
+"""With a network attacker the run checks every 10 simulated s whether its trials are done."""
 GC_THRESHOLDS = (50_000, 20, 1_000)
 """Cyclic-GC thresholds while the engine runs (CPython's default is 700, 10, 10)."""
 
