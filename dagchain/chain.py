@@ -370,7 +370,9 @@ class Chain:
             raise MalformedBlock("H1", str(exc)) from None
         bid = block.id
         # (2) D1 (the orphan key hashes the whole block: only when some orphan is held)
-        if bid in st.meta or (self.orphans and OrphanPool.key_of(raw) in self.orphans):
+        if st.is_accepted(bid, block.header.milestone_link) or (
+            self.orphans and OrphanPool.key_of(raw) in self.orphans
+        ):
             return BlockOutcome(
                 BlockStatus.DUPLICATE, bid, bid in st.meta and st.meta[bid].is_milestone
             )
@@ -644,7 +646,7 @@ class Chain:
             undone.append(st.write_undo())
         applied = []
         for ms in path:
-            delta = st.deltas.get(ms)
+            delta = st.stored_delta(ms)
             if delta is None:
                 delta = self._evaluate(ms)
                 st.write_apply(delta, new=True)

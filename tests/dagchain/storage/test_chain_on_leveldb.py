@@ -7,6 +7,8 @@ of old history still answers exactly as a chain that keeps everything.
 """
 
 import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagchain.blocks import decode_block
-from dagchain.chain import Chain
+from dagchain.chain import BlockStatus, Chain
+from dagchain.storage import KVStore, WriteBatch
 from dagchain.storage.leveldb import LevelDBStore
 from dagchain.storage.memory import MemoryStore
 from tests.dagchain.chainkit import ledger_state
@@ -131,5 +134,65 @@ def test_reopen_loads_only_the_window(long_dag: list[bytes], tmp_path: Path) -> 
         assert len(chain.state.blocks.recent) < len(long_dag) // 4
         assert len(chain.state.deltas.recent) <= WINDOW + 1
         assert query_everything(chain, long_dag) == want
+    finally:
+        chain.store.close()
+
+
+class CountingStore:
+    """A KVStore that records every key read through ``get``."""
+
+    def __init__(self, inner: KVStore) -> None:
+        self.inner = inner
+        self.reads: list[bytes] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        self.reads.append(key)
+        return self.inner.get(key)
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self.inner.iter_prefix(prefix)
+
+    def write_batch(self) -> AbstractContextManager[WriteBatch]:
+        return self.inner.write_batch()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_duplicates_are_recognised_across_a_restart_and_new_blocks_read_no_row(
+    long_dag: list[bytes], tmp_path: Path
+) -> None:
+    """D1 from memory (issue 3): a new block whose milestone link arrived since the store was
+    opened costs no store read of its own id; every earlier block, evicted or from before the
+    restart, is still a duplicate."""
+    db = tmp_path / "db"
+    half = len(long_dag) // 2
+    chain = open_chain(db, window=WINDOW)
+    for raw in long_dag[:half]:
+        chain.on_block(raw, NOW)
+    chain.store.close()
+    counting = CountingStore(LevelDBStore(db, sync=False))
+    chain = Chain(PARAMS, counting, memory_window=WINDOW)
+    try:
+        seq_at_open = chain.state.next_seq
+        served_from_memory = 0
+        for raw in long_dag[half:]:
+            block = decode_block(raw, PARAMS)
+            link = chain.get_meta(block.header.milestone_link)
+            counting.reads.clear()
+            chain.on_block(raw, NOW)
+            assert b"d" + block.id not in counting.reads  # accepted now: no delta stored before
+            if link is not None and link.seq >= seq_at_open:
+                assert b"m" + block.id not in counting.reads
+                served_from_memory += 1
+        assert served_from_memory > half // 2
+        assert chain.best_height > 10 * WINDOW
+        for raw in long_dag:
+            block = decode_block(raw, PARAMS)
+            meta = chain.get_meta(block.id)
+            assert meta is not None
+            outcome = chain.on_block(raw, NOW)
+            assert outcome.status is BlockStatus.DUPLICATE
+            assert outcome.is_milestone == meta.is_milestone
     finally:
         chain.store.close()
