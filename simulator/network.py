@@ -12,10 +12,13 @@ latency there is the table mean times a lognormal jitter of mean 1 (sigma 0.2), 
 data notes advise for small intra-region means.
 """
 
+import itertools
 import math
 import random
 from dataclasses import dataclass
 from typing import final
+
+from simulator.knowledge import node_ids
 
 REGIONS = ("NA", "EU", "SA", "AP", "JP", "AU")
 REGION_LATENCY_MS = (
@@ -96,12 +99,22 @@ class Network:
                 for b in rng.sample(range(n - 1), degree):
                     b = b if b < a else b + 1
                     edges.add((min(a, b), max(a, b)))
+        ids = node_ids(n)
         for a, b in sorted(edges):
             latency = self._draw_latency(a, b, rng)
-            self.neighbours[a].append(Link(b, latency))
-            self.neighbours[b].append(Link(a, latency))
-        self._out: list[tuple[tuple[int, float, float], ...]] = [
-            tuple((link.peer, link.latency_ms, self.download[link.peer]) for link in links)
+            self.neighbours[a].append(Link(ids[b], latency))
+            self.neighbours[b].append(Link(ids[a], latency))
+        # ``sorted(edges)`` gives every node its links in ascending peer order, so "link order"
+        # (the order of the uplink queue) is "peer order": fan_out sorts the few peers it sends
+        # to instead of walking every link.
+        for links in self.neighbours:
+            if any(a.peer >= b.peer for a, b in itertools.pairwise(links)):  # pragma: no cover
+                raise RuntimeError("links are not in ascending peer order")
+        self._peers: list[frozenset[int]] = [
+            frozenset(link.peer for link in links) for links in self.neighbours
+        ]
+        self._link: list[dict[int, tuple[float, float]]] = [
+            {link.peer: (link.latency_ms, self.download[link.peer]) for link in links}
             for links in self.neighbours
         ]
 
@@ -153,15 +166,22 @@ class Network:
         computed arrival is still charged the transfer (the send was started) but not
         scheduled. Same arithmetic, order and accounting as :meth:`arrival_ms` per link.
         """
+        peers = self._peers[src]
+        todo = peers if known is None else peers - known
+        if not todo:
+            return []
         out: list[tuple[float, tuple[int, bytes, bytes, int]]] = []
         processing = self.processing_ms
         up = self.upload[src]
         free = self._upload_free
+        link = self._link[src]
+        get_pending = pending.get
         sent = 0
-        for peer, latency, down in self._out[src]:
-            if peer == exclude or (known is not None and peer in known):
+        for peer in sorted(todo) if len(todo) > 1 else todo:
+            if peer == exclude:
                 continue
-            earlier = pending.get(peer)
+            latency, down = link[peer]
+            earlier = get_pending(peer)
             if earlier is not None and earlier <= now_ms + latency + processing:
                 continue
             sent += 1
@@ -179,8 +199,9 @@ class Network:
                 continue
             pending[peer] = at
             out.append((at, (peer, key, raw, src)))
-        self.messages += sent
-        self.bytes_sent += size * sent
+        if sent:
+            self.messages += sent
+            self.bytes_sent += size * sent
         return out
 
 

@@ -28,7 +28,7 @@ from dagchain.caches import DecodeCache
 from dagchain.chain import BlockOutcome, BlockStatus
 from dagchain.errors import EncodingError
 from dagchain.types import BlockId, TxId
-from simulator.knowledge import Knowledge
+from simulator.knowledge import Knowledge, node_ids
 from simulator.sim_node import Hub
 
 
@@ -59,7 +59,7 @@ class RelayNode:
         accepted: Knowledge,
         genesis_id: BlockId,
     ) -> None:
-        self.index = index
+        self.index = node_ids(index + 1)[index]
         self.hub = hub
         self.decoder = decoder
         self.known_blocks = hub.known_blocks
@@ -84,7 +84,11 @@ class RelayNode:
 
     def on_deliver_block(self, block_id: BlockId, raw: bytes, src: int) -> None:
         """A block arrives from neighbour ``src``: accept it (and what waited for it) or wait."""
-        if not self.known_blocks.learn(self.index, block_id):
+        known = self.known_blocks
+        holders = known.holders.get(block_id)
+        if holders is not None and self.index in holders:
+            return  # a copy that lost the race
+        if not known.learn(self.index, block_id):
             return
         try:
             missing = self._missing(raw)
@@ -117,7 +121,11 @@ class RelayNode:
 
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
         """A tx arrives: push it on unchecked."""
-        if self.known_txs.learn(self.index, txid):
+        known = self.known_txs
+        holders = known.holders.get(txid)
+        if holders is not None and self.index in holders:
+            return  # a copy that lost the race (half of all deliveries): the common case
+        if known.learn(self.index, txid):
             self.hub.send_tx(self.index, txid, raw, src)
 
 

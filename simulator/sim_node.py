@@ -21,7 +21,7 @@ from dagchain.mempool import Mempool, MempoolError
 from dagchain.params import ConsensusParams
 from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
-from simulator.knowledge import Knowledge
+from simulator.knowledge import Knowledge, node_ids
 from simulator.store import SimStore
 
 
@@ -78,7 +78,7 @@ class SimNode:
         hub: Hub,
         caches: tuple[SignatureCache, DecodeCache, LevelSetCache] | None = None,
     ) -> None:
-        self.index = index
+        self.index = node_ids(index + 1)[index]
         self.params = params
         self.hub = hub
         sig_cache, decode_cache, ls_cache = caches if caches is not None else (None, None, None)
