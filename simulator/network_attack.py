@@ -23,6 +23,7 @@ from simulator.adversary import (
     double_spend_probability,
     double_spend_probability_cutoff,
     nakamoto_probability,
+    selfish_revenue,
 )
 
 Release = Callable[[BlockId, bytes], None]
@@ -248,6 +249,18 @@ class NetworkDoubleSpend:
         self.fork = chain.best_id
         self.fork_height = chain.best_height
 
+    def relay(self, block_id: BlockId) -> bool:
+        """The double spender relays other nodes' blocks like any node."""
+        return True
+
+    @property
+    def done(self) -> bool:
+        """True once every trial ran (the run may stop)."""
+        return self.phase == "done"
+
+    def finish(self) -> None:
+        """Mining stopped: an unfinished trial's blocks stay private (it is not counted)."""
+
     # ------------------------------------------------------------------ results
     def metrics(self) -> dict[str, Any]:
         """The ``metrics.json`` keys of the attack."""
@@ -272,4 +285,186 @@ class NetworkDoubleSpend:
         }
 
 
-__all__ = ["AttackerNode", "HeadListener", "NetworkDoubleSpend", "Release"]
+@final
+class NetworkSelfishMiner:
+    """Eyal-Sirer (2014) selfish mining by a withholding node, on real blocks.
+
+    The attacker keeps its private milestone branch best in its own ``Chain`` by F2 alone (more
+    chainwork while it leads; on a tie its own block arrived first). ``public`` is the greatest
+    milestone height the honest nodes can know (honest milestones the attacker received, and
+    its own released ones); ``private`` the height of its branch. With lead = private - public:
+
+    - it finds a milestone: in a tie race (state 0') it publishes at once and wins both;
+      otherwise it withholds (lead + 1);
+    - an honest milestone raises ``public``: lead < 0, adopt (the Chain already switched; stale
+      private blocks are released as ordinary blocks); lead 0, publish everything: a tie; lead
+      1, publish everything: its branch is heavier; lead >= 2, publish its blocks up to the
+      honest height and stay ahead.
+
+    One safeguard Eyal and Sirer do not need: F6 finality. A branch forking more than
+    ``punctuality`` milestones below the honest head can never become best there (F5), so once
+    the honest chain is ``punctuality // 2`` milestones above the private branch's fork point the
+    attacker publishes everything while it still leads (``finality_cashouts``); at alpha near 0.5
+    a lead can otherwise outlive finality and the attacker's whole branch is lost.
+
+    Who wins a tie is up to the honest nodes' first-seen rule (F2) and the network, so gamma is
+    measured, not given: the share of ties that an honest milestone decides on the attacker's
+    branch. At the end of mining every withheld block is released (Eyal-Sirer's race model
+    counts the final private lead as won; here the honest nodes decide).
+    """
+
+    def __init__(
+        self, node: AttackerNode, observer: Chain, release: Release, alpha: float, punctuality: int
+    ) -> None:
+        self.node = node
+        self.horizon = punctuality // 2
+        self.index = node.index
+        self.chain = node.chain
+        self.observer = observer
+        self.release_one = release
+        self.alpha = alpha
+        self.withheld: list[tuple[BlockId, bytes]] = []
+        self._withheld_ids: set[BlockId] = set()
+        self.public = 0
+        self.private = 0
+        self.fork_height = 0
+        """Where the private branch leaves the public chain (the public height when it began)."""
+        self.finality_cashouts = 0
+        self.tie: BlockId | None = None
+        """The attacker's published milestone of an open tie race (state 0')."""
+        self.ties = 0
+        self.ties_to_attacker = 0
+        self.released_blocks = 0
+        self.overtakes = 0
+
+    @property
+    def done(self) -> bool:
+        """Selfish mining runs for the whole ``duration_s``."""
+        return False
+
+    def relay(self, block_id: BlockId) -> bool:
+        """Relay another node's block, except an honest milestone racing a private one.
+
+        While the attacker holds a private milestone at that height or above, it does not pass
+        the competing honest milestone on (its neighbours get it from others): the attacker
+        wants its own block to reach them first. Without this its relay of the honest block
+        would leave on each link just before its own, and gamma would be 0 by construction.
+        """
+        meta = self.chain.get_meta(block_id)
+        if meta is None or not meta.is_milestone or self.private <= self.public:
+            return True
+        snap = self.chain.get_snapshot(block_id)
+        return snap is None or snap.height > self.private
+
+    def withhold(self, block_id: BlockId, raw: bytes) -> bool:
+        """Every block the attacker node mines is withheld until the strategy releases it."""
+        self.withheld.append((block_id, raw))
+        self._withheld_ids.add(block_id)
+        return True
+
+    def release(self, through: BlockId | None = None) -> None:
+        """Send the withheld blocks in mining order, all or up to and including ``through``."""
+        count = len(self.withheld)
+        if through is not None:
+            for i, (block_id, _) in enumerate(self.withheld):
+                if block_id == through:
+                    count = i + 1
+                    break
+            else:
+                return
+        for block_id, raw in self.withheld[:count]:
+            self.release_one(block_id, raw)
+            self._withheld_ids.discard(block_id)
+        del self.withheld[:count]
+        self.released_blocks += count
+
+    def finish(self) -> None:
+        """Mining stopped: publish the private branch (the honest nodes' F2 decides)."""
+        self.release()
+
+    def on_accepted(self, node: int, outcome: BlockOutcome) -> None:
+        """The attacker's node accepted blocks: its own, or honest ones from the network."""
+        if node != self.index:
+            return
+        chain = self.chain
+        for bid in outcome.accepted:
+            meta = chain.get_meta(bid)
+            if meta is None or not meta.is_milestone:
+                continue
+            snap = chain.get_snapshot(bid)
+            if snap is None:  # pragma: no cover - accepted milestones have snapshots
+                continue
+            if bid in self._withheld_ids:
+                self._own(bid, snap.height)
+            else:
+                block = chain.get_block(bid)
+                parent = block.header.milestone_link if block is not None else None
+                self._honest(parent, snap.height)
+
+    def _own(self, milestone: BlockId, height: int) -> None:
+        if self.private <= self.public and self.tie is None:
+            self.fork_height = self.public  # a new private branch starts
+        self.private = height
+        if self.tie is not None:  # state 0': publish, the attacker's branch wins by one
+            self.tie = None
+            self.release()
+            self.public = height
+
+    def _honest(self, parent: BlockId | None, height: int) -> None:
+        if self.tie is not None and height == self.public + 1:
+            self.ties += 1  # an honest milestone decides the tie race
+            self.ties_to_attacker += parent == self.tie
+            self.tie = None
+        if height <= self.public:
+            return  # no progress of the public chain (an honest fork)
+        self.public = height
+        lead = self.private - height
+        if lead < 0:  # adopt: the Chain switched to the heavier honest branch already
+            self.private = height
+            self.release()
+        elif lead == 0:  # publish the whole branch: a tie race (state 0')
+            self.tie = self.chain.state.best[height]
+            self.release()
+        elif lead == 1:  # publish everything: one milestone ahead, the honest one is lost
+            self.overtakes += 1
+            self.release()
+            self.public = self.private
+        elif height - self.fork_height >= self.horizon:  # cash out before F6 closes the fork
+            self.finality_cashouts += 1
+            self.release()
+            self.public = self.private
+        else:  # stay ahead: publish up to the honest height
+            self.release(self.chain.state.best[height])
+
+    def metrics(self, mined: set[bytes]) -> dict[str, Any]:
+        """The ``metrics.json`` keys of the attack, given the milestones the attacker mined.
+
+        ``attacker_milestone_share`` is Eyal-Sirer's quantity (the attacker's share of the
+        observer's best-chain milestones); the caller adds ``attacker_revenue_share`` from the
+        ledger (R2, R7: rewards, fees and bonuses on the best chain).
+        """
+        best = self.observer.state.best
+        ours = sum(1 for ms in best[1:] if ms in mined)
+        share = ours / (len(best) - 1) if len(best) > 1 else 0.0
+        gamma = self.ties_to_attacker / self.ties if self.ties else 0.0
+        return {
+            "attack_model": "network",
+            "attacker_milestone_share": round(share, 6),
+            "attacker_milestones_on_best_chain": ours,
+            "attacker_milestones_mined": len(mined),
+            "selfish_gamma_measured": round(gamma, 6),
+            "selfish_ties": self.ties,
+            "selfish_overtakes": self.overtakes,
+            "selfish_finality_cashouts": self.finality_cashouts,
+            "attacker_revenue_share_closed_form": round(selfish_revenue(self.alpha, gamma), 6),
+            "attacker_blocks_released": self.released_blocks,
+        }
+
+
+__all__ = [
+    "AttackerNode",
+    "HeadListener",
+    "NetworkDoubleSpend",
+    "NetworkSelfishMiner",
+    "Release",
+]

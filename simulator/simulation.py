@@ -24,7 +24,7 @@ from simulator.load import TxLoad
 from simulator.metrics import DIGITS, Recorder, block_rows, compute_metrics
 from simulator.mining import Miner
 from simulator.network import Network
-from simulator.network_attack import NetworkDoubleSpend
+from simulator.network_attack import NetworkDoubleSpend, NetworkSelfishMiner
 from simulator.relay_node import RelayNode
 from simulator.rng import RngStreams
 from simulator.scenario import Scenario
@@ -103,7 +103,7 @@ class Simulation:
                 self.streams.stream(f"mining:{i}"),
                 self.recorder,
             )
-        self.attacker: NetworkDoubleSpend | None = None
+        self.attacker: NetworkDoubleSpend | NetworkSelfishMiner | None = None
         attack = scenario.attack
         if attack.kind != "none" and attack.model == "network":
             self.attacker = self._network_attacker(rate_per_ms, target0)
@@ -118,11 +118,11 @@ class Simulation:
             self.recorder,
         )
 
-    def _network_attacker(self, rate_per_ms: float, target0: int) -> NetworkDoubleSpend:
+    def _network_attacker(
+        self, rate_per_ms: float, target0: int
+    ) -> NetworkDoubleSpend | NetworkSelfishMiner:
         """The withholding node (simulator/network_attack.py): node ``miners.count``."""
         attack = self.scenario.attack
-        if attack.kind != "double_spend":
-            raise ValueError(f"attack.model = network does not support kind {attack.kind!r}")
         node = self.full_nodes[self.scenario.mining_nodes]
         miner = Miner(
             node,
@@ -134,6 +134,10 @@ class Simulation:
             self.recorder,
         )
         self.miners[node.index] = miner
+        if attack.kind == "selfish":
+            return NetworkSelfishMiner(
+                node, self.observer.chain, self._release, attack.share, self.params.punctuality
+            )
         return NetworkDoubleSpend(
             node,
             self.observer.chain,
@@ -171,13 +175,12 @@ class Simulation:
     def send_block(self, src: int, block_id: BlockId, raw: bytes, exclude: int) -> None:
         # A block a node sends with itself as the sender is one its own miner just solved.
         attacker = self.attacker
-        if (
-            src == exclude
-            and attacker is not None
-            and src == attacker.index
-            and attacker.withhold(block_id, raw)
-        ):
-            return
+        if attacker is not None and src == attacker.index:
+            if src == exclude:
+                if attacker.withhold(block_id, raw):
+                    return
+            elif not attacker.relay(block_id):
+                return
         self._send(src, block_id, raw, exclude, self.known_blocks, self._inflight_blocks, True)
 
     def send_tx(self, src: int, txid: TxId, raw: bytes, exclude: int) -> None:
@@ -258,16 +261,27 @@ class Simulation:
                 self._run_attack(duration_ms, progress)
             for miner in self.miners.values():
                 miner.stop()
+            if self.attacker is not None:
+                self.attacker.finish()
             self.load.stopped = True
             self.engine.run(progress=progress)
         metrics = self._metrics()
-        if self.attacker is not None:
-            attack = self.attacker.metrics()
-            attack["simulated_s"] = round(self._mined_ms / 1000.0, DIGITS)
+        attacker = self.attacker
+        if isinstance(attacker, NetworkSelfishMiner):
+            index = attacker.index
+            mined = {
+                b for b, r in self.recorder.blocks.items() if r.miner == index and r.is_milestone
+            }
+            attack = attacker.metrics(mined)
+            attack["attacker_revenue_share"] = metrics["revenue_share"].get("attacker", 0.0)
+        elif attacker is not None:
+            attack = attacker.metrics()
         else:
             attack = adversary.run_attack(self.scenario, self.params, self.streams)
+        if attacker is not None:
+            attack["simulated_s"] = round(self._mined_ms / 1000.0, DIGITS)
         metrics.update(attack)
-        if "attacker_revenue_share" in attack:
+        if attacker is None and "attacker_revenue_share" in attack:
             a = attack["attacker_revenue_share"]
             revenue = {k: round(v * (1 - a), 6) for k, v in metrics["revenue_share"].items()}
             revenue["attacker"] = a
@@ -290,7 +304,7 @@ class Simulation:
         """
         attacker = self.attacker
         until = 0.0
-        while until < duration_ms and attacker is not None and attacker.phase != "done":
+        while until < duration_ms and attacker is not None and not attacker.done:
             until = min(duration_ms, until + ATTACK_SLICE_MS)
             self.engine.run(until_ms=until, progress=progress)
         self._mined_ms = until
