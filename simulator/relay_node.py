@@ -77,8 +77,12 @@ class RelayNode:
     def _missing(self, raw: bytes) -> BlockId | None:
         """The first link of the block not accepted here (None: all are)."""
         accepted, index, genesis = self._accepted, self.index, self._genesis
+        holders, everywhere = accepted.holders, accepted.everywhere
         for link in self.decoder.decode(raw).header.links:
-            if link != genesis and not accepted.knows(index, link):
+            if link == genesis:
+                continue
+            found = holders.get(link)  # accepted.knows(index, link), inlined
+            if (link not in everywhere) if found is None else (index not in found):
                 return link
         return None
 
@@ -99,8 +103,17 @@ class RelayNode:
             self.orphaned += 1
             self._waiting.setdefault(missing, []).append((block_id, raw, src))
             return
-        accepted: list[tuple[BlockId, bytes, int]] = [(block_id, raw, src)]
         self._accepted.learn(self.index, block_id)
+        if block_id not in self._waiting:  # nothing waited for it: the common case
+            learn_tx, index, hub = self.known_txs.learn, self.index, self.hub
+            for tx in self.decoder.decode(raw).txs:
+                learn_tx(index, tx.txid)
+            hub.send_block(index, block_id, raw, src)
+            hub.on_accepted(
+                self, BlockOutcome(BlockStatus.ACCEPTED, block_id, accepted=(block_id,))
+            )
+            return
+        accepted: list[tuple[BlockId, bytes, int]] = [(block_id, raw, src)]
         i = 0
         while i < len(accepted):
             for child in self._waiting.pop(accepted[i][0], ()):
