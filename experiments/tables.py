@@ -3,13 +3,15 @@
     python experiments/tables.py bandwidth out/bandwidth/sweep.csv
     python experiments/tables.py stale out/stale/sweep.csv
     python experiments/tables.py assignment out/assignment_n/sweep.csv [--delay-s 0.16]
+    python experiments/tables.py spread out/assignment/sweep.csv --by chain.sortition_c
 
 ``bandwidth``: steady-state (second-half) offered and confirmed tx/s, latency, stale rate,
 propagation, duplicates and the mean upload utilisation ``bytes_sent`` x 8 / (nodes x duration x
 bandwidth). ``stale``: the milestone stale rate pooled over seeds (stale milestones over mined
 ones), its binomial SE, and the delay implied by f = 1 - exp(-delta / tau). ``assignment``: C1 and
 C2 beside the run, with the mean wait estimated as p50 / ln 2 (exponential) and the product
-waste x mean wait, which both C1 (refined) and C2 predict to be delta.
+waste x mean wait, which both C1 (refined) and C2 predict to be delta. ``spread``: the seed
+spread of a sweep with several seeds, one line per grid point, each metric as mean [min, max].
 """
 
 import argparse
@@ -108,11 +110,54 @@ def assignment(
     return out
 
 
+WASTE_X_WAIT = "waste_x_wait"
+"""Derived per run: duplicate_tx_rate x mempool_wait_s.p50 / ln 2 (section 2b's trade-off law)."""
+
+
+def _metric(row: Row, name: str) -> float:
+    if name == WASTE_X_WAIT:
+        return _f(row, "duplicate_tx_rate") * _f(row, "mempool_wait_s.p50") / math.log(2)
+    return _f(row, name)
+
+
+def spread(rows: list[Row], by: Sequence[str], metrics: Sequence[str]) -> list[str]:
+    """One line per grid point (the ``by`` columns): seeds, then each metric's mean [min, max]."""
+    groups: dict[tuple[str, ...], list[Row]] = defaultdict(list)
+    for r in rows:
+        groups[tuple(r.get(col, "") for col in by)].append(r)
+    out = [
+        "".join(f"| {c} " for c in by) + "| seeds " + "".join(f"| {m} " for m in metrics) + "|",
+        "|---" * len(by) + "|---" + "|---:" * len(metrics) + "|",
+    ]
+    for key, group in groups.items():
+        seeds = ", ".join(r.get("seed", "?") for r in group)
+        cells = []
+        for m in metrics:
+            values = [_metric(r, m) for r in group]
+            digits = 4 if max(abs(v) for v in values) < 1 else 2
+            mean = statistics.fmean(values)
+            cells.append(f"{mean:.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]")
+        out.append(
+            "".join(f"| {k} " for k in key)
+            + f"| {seeds} "
+            + "".join(f"| {c} " for c in cells)
+            + "|"
+        )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["bandwidth", "stale", "assignment"])
+    parser.add_argument("kind", choices=["bandwidth", "stale", "assignment", "spread"])
     parser.add_argument("csv", type=Path)
     parser.add_argument("--extra", nargs="*", default=[], help="bandwidth: leading columns")
+    parser.add_argument("--by", nargs="*", default=[], help="spread: the grid columns")
+    parser.add_argument(
+        "--metrics",
+        nargs="*",
+        default=["duplicate_tx_rate", "mempool_wait_s.p50", "throughput_tps", WASTE_X_WAIT],
+        help=f"spread: metric columns ({WASTE_X_WAIT} = duplicates x p50 / ln 2)",
+    )
     parser.add_argument("--nodes", type=int, default=20, help="stale: nodes of the runs")
     parser.add_argument("--duration", type=float, default=240.0, help="stale: seconds")
     parser.add_argument("--block-rate", type=float, default=8.0, help="assignment: lambda")
@@ -127,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = bandwidth(rows, args.extra)
     elif args.kind == "stale":
         lines = stale(rows, args.nodes, args.duration)
+    elif args.kind == "spread":
+        lines = spread(rows, args.by, args.metrics)
     else:
         lines = assignment(rows, args.block_rate, args.delay_s, args.weighting)
     print("\n".join(lines))

@@ -63,6 +63,7 @@ def test_the_issue_8_files_exist() -> None:
         "stale.toml",
         "sweep_stale.toml",
         "sweep_assignment_n.toml",
+        "sweep_assignment_n1000.toml",
         "fairness.toml",
     ):
         assert name in names
@@ -229,6 +230,33 @@ def test_tables_script_reads_the_sweep_columns(
     row = capsys.readouterr().out.splitlines()[2].split(" | ")
     assert row[6] == f"{0.1 * 8 * 0.2:.4f}"  # uniform C1: c lambda delta
     assert row[10] == f"{1 / (8 * 0.1):.2f}"  # uniform C2: 1 / (lambda c)
+
+
+def test_tables_spread_groups_the_seeds_of_each_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = _load_script("tables")
+    sweep = tmp_path / "seeds.csv"
+    sweep.write_text(
+        "chain.sortition_c,seed,duplicate_tx_rate,mempool_wait_s.p50\n"
+        "1/10,1,0.10,1.0\n1/10,2,0.14,2.0\n1/100,1,0.01,9.0\n",
+        encoding="utf-8",
+    )
+    metrics = ["duplicate_tx_rate", "mempool_wait_s.p50", "waste_x_wait"]
+    assert (
+        tables.main(["spread", str(sweep), "--by", "chain.sortition_c", "--metrics", *metrics]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4  # header, rule, one line per point
+    point = lines[2].split(" | ")
+    assert point[:2] == ["| 1/10", "1, 2"]
+    assert point[2] == "0.1200 [0.1000, 0.1400]"
+    assert point[3] == "1.50 [1.00, 2.00]"
+    products = [0.10 * 1.0 / math.log(2), 0.14 * 2.0 / math.log(2)]
+    assert point[4].rstrip(" |") == (
+        f"{sum(products) / 2:.4f} [{min(products):.4f}, {max(products):.4f}]"
+    )
+    assert lines[3].split(" | ")[1] == "1"
 
 
 def test_ordering_lag_counts_every_ordered_block() -> None:
