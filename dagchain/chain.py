@@ -115,7 +115,7 @@ class Chain:
         """
         self.params = params
         self.store = store
-        self._writes = GroupingStore(store)
+        self._writes = GroupingStore(store, S.PUT_ONLY_WHEN_ABSENT)
         self.genesis = genesis_block(params)
         self.state = ChainState(params, self._writes, memory_window)
         self.orphans = OrphanPool(params)

@@ -14,6 +14,14 @@ writing it is exactly the state those batches would have reached one by one; a c
 group's write leaves the store where it was when the group began, a crash after it leaves the
 whole group. The group is written also when its block raises (the batches collected so far are
 complete units, and the in-memory state the core keeps already reflects them).
+
+Rows born and removed inside one group: for the key prefixes the owner names as *put only when
+absent* (the chain names ``p``, storage.schema.PUT_ONLY_WHEN_ABSENT), a key whose first write in
+the group is a put did not exist before the group, so if the group later deletes it the store
+needs neither the put nor a deletion marker: the key leaves the overlay. A block downloaded by P9
+is pending from its A1 batch until its milestone's A3 batch, usually in the same group, so this
+saves a LevelDB deletion marker per block, which would otherwise be carried down through every
+compaction level (issue 3).
 """
 
 from collections.abc import Callable, Iterator
@@ -27,24 +35,35 @@ from dagchain.storage import KVStore, WriteBatch
 class _Collector:
     """A batch inside a group: puts and deletes, merged into the overlay on a clean exit."""
 
-    __slots__ = ("_owner", "ops", "put")
+    __slots__ = ("_owner", "gone", "ops", "put")
 
     def __init__(self, owner: "GroupingStore") -> None:
         ops: dict[bytes, bytes | None] = {}
         self._owner = owner
         self.ops = ops
+        self.gone: list[bytes] = []  # keys born and removed inside the group: leave the overlay
         self.put: Callable[[bytes, bytes], None] = ops.__setitem__
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the group is written."""
-        self.ops[key] = None
+        ops = self.ops
+        owner = self._owner
+        if key.startswith(owner.put_only_when_absent):
+            pending = ops[key] if key in ops else owner._pending(key)
+            if pending is None:  # the group's first write of the key, or deleted again
+                owner._erased.add(key)
+            elif key not in owner._erased:  # first written by a put: absent before the group
+                ops.pop(key, None)
+                self.gone.append(key)
+                return
+        ops[key] = None
 
     def __enter__(self) -> WriteBatch:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self._owner._merge(self.ops)
+            self._owner._merge(self.ops, self.gone)
 
 
 @final
@@ -55,9 +74,12 @@ class GroupingStore:
     collected inside groups and the store batches the groups became.
     """
 
-    def __init__(self, inner: KVStore) -> None:
+    def __init__(self, inner: KVStore, put_only_when_absent: tuple[bytes, ...] = ()) -> None:
         self.inner = inner
+        self.put_only_when_absent = put_only_when_absent
+        """Key prefixes the owner puts only when the key is absent (see the module doc)."""
         self._overlay: dict[bytes, bytes | None] | None = None
+        self._erased: set[bytes] = set()  # such keys the group deleted before any put of theirs
         self.batches_grouped = 0
         self.groups_written = 0
         self.get: Callable[[bytes], bytes | None] = inner.get
@@ -92,6 +114,7 @@ class GroupingStore:
             yield
         finally:
             self._overlay = None
+            self._erased = set()
             self.get = inner.get
             self.iter_prefix = inner.iter_prefix
             self.write_batch = inner.write_batch
@@ -108,12 +131,19 @@ class GroupingStore:
     def _collect(self) -> _Collector:
         return _Collector(self)
 
-    def _merge(self, ops: dict[bytes, bytes | None]) -> None:
+    def _merge(self, ops: dict[bytes, bytes | None], gone: list[bytes]) -> None:
         overlay = self._overlay
         if overlay is None:  # pragma: no cover - a batch may not outlive its group
             raise RuntimeError("a grouped batch was closed after its group ended")
+        for key in gone:
+            overlay.pop(key, None)
         overlay.update(ops)
         self.batches_grouped += 1
+
+    def _pending(self, key: bytes) -> bytes | None:
+        """The group's last write of ``key``: its value, or None if deleted or not written."""
+        overlay = self._overlay
+        return None if overlay is None else overlay.get(key)
 
     def _overlay_get(self, key: bytes) -> bytes | None:
         overlay = self._overlay

@@ -35,6 +35,11 @@ P_ROOT = b"a"
 P_REDEEMED = b"q"
 P_INVALIDATED = b"i"
 
+PUT_ONLY_WHEN_ABSENT = (P_PENDING,)
+"""Prefixes whose rows the core puts only when the key is absent: a ``p`` row at A1 (a new
+block, D1) and at an undo (a block whose ``p`` row its level set's A3 deleted). A write group
+drops such a row put and deleted inside it (storage.group)."""
+
 
 def u256(value: int) -> bytes:
     """A non-negative integer as bin(32) little-endian (§12)."""
@@ -92,6 +97,7 @@ __all__ = [
     "META_NETWORK",
     "META_SCHEMA",
     "META_SEQ",
+    "PUT_ONLY_WHEN_ABSENT",
     "P_ADDRESS",
     "P_BLOCK",
     "P_DELTA",

@@ -12,7 +12,7 @@ per-block application up to that block.
 
 import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ import pytest
 from dagchain.blocks import Block
 from dagchain.chain import Chain
 from dagchain.errors import InvalidBlock
-from dagchain.storage import KVStore
+from dagchain.storage import KVStore, WriteBatch
 from dagchain.storage.group import GroupingStore
 from dagchain.storage.leveldb import LevelDBStore
 from dagchain.storage.memory import MemoryStore
@@ -118,6 +118,94 @@ def test_a_failing_batch_is_dropped_and_the_complete_ones_are_written() -> None:
     assert rows(inner) == {b"kept": b"1"}
     assert not store.grouping
     assert store.get == inner.get
+
+
+class RecordingStore(MemoryStore):
+    """A MemoryStore that records every put and delete its batches write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[tuple[bytes, bytes | None]] = []
+
+    @contextlib.contextmanager
+    def write_batch(self) -> Iterator[WriteBatch]:  # type: ignore[override]
+        with super().write_batch() as wb:
+            yield wb
+            self.written.extend(wb.ops)
+
+
+def test_rows_born_and_removed_in_a_group_are_not_written() -> None:
+    """Keys under a put-only-when-absent prefix: a put then a delete inside one group leaves no
+    trace in the store (no deletion marker); a key deleted first existed before the group, so its
+    deletion is written however often it is put and deleted again; other prefixes unchanged."""
+    inner = RecordingStore()
+    with inner.write_batch() as wb:
+        wb.put(b"p-old", b"1")
+        wb.put(b"a-old", b"1")
+    inner.written.clear()
+    store = GroupingStore(inner, put_only_when_absent=(b"p",))
+    with store.group():
+        with store.write_batch() as wb:
+            wb.put(b"p-born", b"1")
+            wb.put(b"p-same-batch", b"1")
+            wb.delete(b"p-same-batch")
+            wb.put(b"p-back", b"1")
+            wb.put(b"a-born", b"1")
+        with store.write_batch() as wb:
+            wb.delete(b"p-born")
+            wb.delete(b"p-old")
+            wb.delete(b"p-back")
+            wb.delete(b"a-born")
+        assert store.get(b"p-born") is None
+        assert list(store.iter_prefix(b"p")) == []
+        with store.write_batch() as wb:
+            wb.put(b"p-old", b"2")  # an undo puts it back, a re-apply deletes it again
+            wb.put(b"p-back", b"2")
+        with store.write_batch() as wb:
+            wb.delete(b"p-old")
+    assert rows(inner) == {b"a-old": b"1", b"p-back": b"2"}
+    assert sorted(inner.written) == [(b"a-born", None), (b"p-back", b"2"), (b"p-old", None)]
+
+
+def test_a_failed_batch_does_not_drop_a_row_born_in_the_group() -> None:
+    inner = RecordingStore()
+    store = GroupingStore(inner, put_only_when_absent=(b"p",))
+
+    def fill() -> None:
+        with store.group():
+            with store.write_batch() as wb:
+                wb.put(b"p1", b"1")
+            with store.write_batch() as wb:
+                wb.delete(b"p1")
+                raise KeyError("inside the batch")
+
+    with pytest.raises(KeyError):
+        fill()
+    assert rows(inner) == {b"p1": b"1"}
+
+
+def test_level_set_groups_write_no_pending_row_of_their_own_blocks(dag: Dag) -> None:
+    """A block accepted and ordered inside one group never gets a ``p`` row or a deletion marker
+    (issue 3: one LevelDB entry less per downloaded block): the group deletes only ``p`` rows an
+    earlier group wrote, and the rows equal per-block ones."""
+    ref, expected = per_block(dag.blocks)
+    store = RecordingStore()
+    chain = Chain(PARAMS, store)
+    put_before: set[bytes] = set()
+    deleted = 0
+    for group in level_set_groups(ref, dag.blocks):
+        store.written.clear()
+        with chain.write_group():
+            for block in group:
+                chain.on_block(block.raw, NOW)
+        for key, value in store.written:
+            if key[:1] == b"p" and value is None:
+                assert key in put_before
+                deleted += 1
+        put_before |= {key for key, value in store.written if key[:1] == b"p" and value}
+    assert rows(store) == expected
+    assert 0 < len(put_before) < len(dag.blocks) // 2
+    assert deleted == len(put_before - {b"p" + b for b in ref.pending_blocks()})
 
 
 # --- the chain in groups ------------------------------------------------------------------------
