@@ -7,7 +7,7 @@ is ``realtime_factor_1000: <simulated seconds per wall second at 1,000 nodes>``.
 
 ``--full-nodes F`` makes only nodes 0..F-1 full and the others relay-only (``network.full_nodes``;
 not the headline figure). ``--log`` prints a progress line to stderr every 10 simulated seconds
-(simulated s, wall s, events, RSS MiB), to extrapolate runs too long to finish, e.g.
+(simulated s, wall s, CPU s, events, RSS MiB), to extrapolate runs too long to finish, e.g.
 ``python bench/simulator.py --sizes 10000 --full-nodes 100 --duration 120 --log``.
 """
 
@@ -42,6 +42,7 @@ def one_run(
         seed=seed,
     )
     started = time.perf_counter()
+    cpu_started = time.process_time()
     sim = Simulation(scenario)
     built = time.perf_counter() - started
     progress = None
@@ -52,7 +53,9 @@ def one_run(
             if now_ms >= next_log[0]:
                 next_log[0] += 10_000.0
                 wall = time.perf_counter() - started
-                line = f"sim_s {now_ms / 1000:.1f} wall_s {wall:.1f} events {sim.engine.events}"
+                cpu = time.process_time() - cpu_started
+                line = f"sim_s {now_ms / 1000:.1f} wall_s {wall:.1f} cpu_s {cpu:.1f}"
+                line += f" events {sim.engine.events}"
                 print(f"{line} rss_mib {_rss_mib():.0f}", file=sys.stderr, flush=True)
 
     result = sim.run(progress)
@@ -63,6 +66,7 @@ def one_run(
         "full_nodes": full_nodes or nodes,
         "sim_s": duration,
         "wall_s": round(wall, 2),
+        "cpu_s": round(time.process_time() - cpu_started, 2),
         "build_s": round(built, 2),
         "events": m["events"],
         "events_per_s": round(m["events"] / wall),

@@ -69,10 +69,11 @@ class Network:
         if delay == "regions2019":
             self.region = rng.choices(range(len(REGIONS)), weights=REGION_SHARE, k=nodes)
             if bandwidth_mbps <= 0:
-                self.upload = [REGION_UPLOAD_MBPS[r] * BITS_PER_MS_PER_MBPS for r in self.region]
-                self.download = [
-                    REGION_DOWNLOAD_MBPS[r] * BITS_PER_MS_PER_MBPS for r in self.region
-                ]
+                # One float object per region, shared by its nodes (fewer cache misses in fan_out).
+                up = [mbps * BITS_PER_MS_PER_MBPS for mbps in REGION_UPLOAD_MBPS]
+                down = [mbps * BITS_PER_MS_PER_MBPS for mbps in REGION_DOWNLOAD_MBPS]
+                self.upload = [up[r] for r in self.region]
+                self.download = [down[r] for r in self.region]
         if bandwidth_mbps > 0:
             rate = bandwidth_mbps * BITS_PER_MS_PER_MBPS
             self.upload = [rate] * nodes
@@ -113,9 +114,8 @@ class Network:
         self._peers: list[frozenset[int]] = [
             frozenset(link.peer for link in links) for links in self.neighbours
         ]
-        self._link: list[dict[int, tuple[float, float]]] = [
-            {link.peer: (link.latency_ms, self.download[link.peer]) for link in links}
-            for links in self.neighbours
+        self._latency: list[dict[int, float]] = [
+            {link.peer: link.latency_ms for link in links} for links in self.neighbours
         ]
 
     def _draw_latency(self, a: int, b: int, rng: random.Random) -> float:
@@ -174,13 +174,15 @@ class Network:
         processing = self.processing_ms
         up = self.upload[src]
         free = self._upload_free
-        link = self._link[src]
+        latency_to = self._latency[src]
+        download = self.download
         get_pending = pending.get
         sent = 0
         for peer in sorted(todo) if len(todo) > 1 else todo:
             if peer == exclude:
                 continue
-            latency, down = link[peer]
+            latency = latency_to[peer]
+            down = download[peer]
             earlier = get_pending(peer)
             if earlier is not None and earlier <= now_ms + latency + processing:
                 continue
