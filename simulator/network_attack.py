@@ -64,8 +64,8 @@ class NetworkDoubleSpend:
        it receives.
     3. The merchant (node 0, the observer) ships when its best chain holds F and is
        ``confirmations`` milestones above it (F7: H1 has z confirmations). From then on the
-       attacker releases every withheld block whenever its branch has strictly more chainwork
-       than the honest branch it has seen.
+       attacker releases every withheld block whenever, in its own view, the honest branch
+       holds z milestones and its own branch has strictly more chainwork.
     4. Success: the observer's best chain holds A1 (its fork choice reorganised the payment
        away). Failure: the honest branch is ``give_up_deficit`` milestones ahead of the private
        one in the attacker's view. Either way the withheld blocks are released, the F8 marks
@@ -201,8 +201,21 @@ class NetworkDoubleSpend:
         private_height = len(best) - 1 - base
         if self.honest_height - private_height >= self.deficit:
             self._end(False)
-        elif self.shipped and chain.best_snapshot.chainwork > self.honest_work and self.withheld:
+        elif self._may_release():
             self.release()
+
+    def _may_release(self) -> bool:
+        """Shipped, and in the attacker's own view z honest milestones and a heavier branch.
+
+        The attacker judges only by the blocks it has received: the merchant's shipping gates
+        the release but does not tell it about honest milestones still on their way to it.
+        """
+        return (
+            self.shipped
+            and self.honest_height >= self.z
+            and self.chain.best_snapshot.chainwork > self.honest_work
+            and bool(self.withheld)
+        )
 
     def _on_honest_branch(self, milestone: BlockId, height: int) -> bool:
         """True if ``milestone`` descends from an invalidated honest milestone on F."""
@@ -224,7 +237,7 @@ class NetworkDoubleSpend:
         if not self.shipped:
             if len(best) - 1 - base >= self.z:
                 self.shipped = True  # the merchant ships: the payment has z confirmations
-                if self.chain.best_snapshot.chainwork > self.honest_work and self.withheld:
+                if self._may_release():
                     self.release()
         elif len(best) > base + 1 and best[base + 1] == self.first:
             self._end(True)  # the merchant's node reorganised the payment away
