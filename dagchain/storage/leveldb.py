@@ -24,10 +24,12 @@ BLOOM_FILTER_BITS = 10
 """Bits per key of LevelDB's bloom filter: a lookup of an absent key rarely touches a table."""
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024
 """LevelDB's default: recent rows live in the chain's own window, so a bigger cache buys little."""
-WRITE_BUFFER_BYTES = 16 * 1024 * 1024
+WRITE_BUFFER_BYTES = 8 * 1024 * 1024
 """Memtable size (LevelDB's default is 4 MiB): fewer level-0 tables and compactions per block
-applied (bench/storage.py: about 1.3 times the CPU rate of the default); a fixed cap, so it adds
-at most twice this much resident memory, whatever the chain's length."""
+applied; a fixed cap, so it adds at most twice this much resident memory, whatever the chain's
+length. 16 MiB was no faster once new blocks stopped costing a read (docs/protocol.md decision
+22), and its level-0 compactions (four tables of about 12 MB merged at once, memory-mapped)
+raised the whole-run peak resident set at 300,000 blocks by about 30 MB (bench/storage.py)."""
 MAX_OPEN_FILES = 50
 """LevelDB keeps at most this many table files open (default 1,000), and memory-maps each open
 one; a smaller cap bounds the mapped pages counted in the resident set as the database grows
