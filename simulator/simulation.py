@@ -309,15 +309,19 @@ class Simulation:
             self.engine.run(until_ms=until, progress=progress)
         self._mined_ms = until
 
+    def _simulated_s(self) -> float:
+        """Seconds of mining: ``duration_s`` exactly, unless a network attack ended the run."""
+        if self.attacker is None:
+            return self.scenario.duration_s
+        return self._mined_ms / 1000.0
+
     def _metrics(self) -> dict[str, Any]:
         roots: dict[bytes, str] = {
             n.root: f"miner_{n.index}" for n in self.nodes if n.root is not None
         }
         if self.attacker is not None and self.attacker.node.root is not None:
             roots[self.attacker.node.root] = "attacker"
-        metrics = compute_metrics(
-            self.recorder, self.observer.chain, self._mined_ms / 1000.0, roots
-        )
+        metrics = compute_metrics(self.recorder, self.observer.chain, self._simulated_s(), roots)
         metrics["txs_starved"] = self.load.starved
         metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
         metrics["messages"] = self.network.messages
