@@ -65,6 +65,10 @@ def test_the_issue_8_files_exist() -> None:
         "sweep_assignment_n.toml",
         "sweep_assignment_n1000.toml",
         "fairness.toml",
+        "double_spend_network.toml",
+        "sweep_double_spend_network.toml",
+        "selfish_network.toml",
+        "sweep_selfish_network.toml",
     ):
         assert name in names
 
