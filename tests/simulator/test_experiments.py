@@ -128,8 +128,14 @@ def test_fairness_script_runs_and_its_shares_add_up(tmp_path: Path) -> None:
     assert sum(int(r["txs_packed"]) for r in sdag) > 0  # the load reached the chain
 
 
-def test_dask_executor_gives_the_local_rows(tmp_path: Path) -> None:
-    pytest.importorskip("dask.distributed")
+@pytest.mark.parametrize(
+    ("executor", "module", "workers"), [("dask", "dask.distributed", 1), ("ray", "ray", 2)]
+)
+def test_cluster_executor_gives_the_local_rows(
+    tmp_path: Path, executor: str, module: str, workers: int
+) -> None:
+    """The same sweep file on Dask or Ray writes the local sweep.csv byte for byte."""
+    pytest.importorskip(module)
     sweep = tmp_path / "sweep.toml"
     base = (EXPERIMENTS / "stale.toml").as_posix()
     sweep.write_text(
@@ -138,26 +144,10 @@ def test_dask_executor_gives_the_local_rows(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     local = run_sweep(sweep, "local", 1, tmp_path / "local")
-    dask = run_sweep(sweep, "dask", 1, tmp_path / "dask")
+    remote = run_sweep(sweep, executor, workers, tmp_path / executor)
     local_text = local.read_text(encoding="utf-8")
     assert local_text.count("\n") == 5  # header + 2 points x 2 seeds
-    assert dask.read_text(encoding="utf-8") == local_text
-
-
-def test_ray_executor_gives_the_local_rows(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    sweep = tmp_path / "sweep.toml"
-    base = (EXPERIMENTS / "stale.toml").as_posix()
-    sweep.write_text(
-        f'base = "{base}"\nseeds = [1, 2]\nset = ["nodes=5", "duration_s=5", "miners.count=3"]\n'
-        '[grid]\n"chain.block_rate" = [8, 16]\n',
-        encoding="utf-8",
-    )
-    local = run_sweep(sweep, "local", 1, tmp_path / "local")
-    ray = run_sweep(sweep, "ray", 2, tmp_path / "ray")
-    local_text = local.read_text(encoding="utf-8")
-    assert local_text.count("\n") == 5  # header + 2 points x 2 seeds
-    assert ray.read_text(encoding="utf-8") == local_text  # same rows, in grid order
+    assert remote.read_text(encoding="utf-8") == local_text  # same rows, in grid order
 
 
 def test_equal_security_depth_is_the_smallest_safe_one(
