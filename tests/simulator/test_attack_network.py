@@ -19,6 +19,16 @@ from simulator.network_attack import NetworkDoubleSpend
 from simulator.scenario import ScenarioError, load_scenario
 from simulator.simulation import Simulation
 
+ZERO_DELAY_TWO_MINERS = (
+    'network.delay="fixed:0"',
+    "network.processing_ms=0",
+    "miners.count=2",
+    "chain.block_rate=1",
+    "chain.milestone_interval_s=1",
+    "chain.retarget=false",
+)
+"""Two honest miners, b = 1, zero delay, no retarget: the closed forms' setting."""
+
 
 def network_attack(
     q: float, z: int, deficit: int, trials: int, seed: int, *extra: str
@@ -27,12 +37,7 @@ def network_attack(
     sc = load_scenario(
         None,
         [
-            'network.delay="fixed:0"',
-            "network.processing_ms=0",
-            "miners.count=2",
-            "chain.block_rate=1",
-            "chain.milestone_interval_s=1",
-            "chain.retarget=false",
+            *ZERO_DELAY_TWO_MINERS,
             'attack.kind="double_spend"',
             'attack.model="network"',
             f"attack.share={q}",
@@ -132,12 +137,7 @@ def selfish_run(
     sc = load_scenario(
         None,
         [
-            'network.delay="fixed:0"',
-            "network.processing_ms=0",
-            "miners.count=2",
-            "chain.block_rate=1",
-            "chain.milestone_interval_s=1",
-            "chain.retarget=false",
+            *ZERO_DELAY_TWO_MINERS,
             'attack.kind="selfish"',
             'attack.model="network"',
             f"attack.share={alpha}",
