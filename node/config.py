@@ -45,6 +45,8 @@ class NodeConfig(BaseSettings):
     api_port: int | None = Field(default=None, ge=0, le=65535)
     peers: tuple[str, ...] = ()
     no_discovery: bool = False
+    stale_relay_filter: bool = True
+    """P14: drop relayed blocks whose milestone link is `punctuality` or more below our best."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     max_inbound: int | None = Field(default=None, ge=0)
