@@ -56,8 +56,6 @@ MAX_DIAL_BACKOFF_S = 30.0
 ADDRBOOK_SAVE_S = 900.0
 MAX_INBOUND_PER_IP = 4
 MAINTENANCE_S = 0.25
-MS_LINK_OFFSET = 2
-"""The milestone link follows the u16 version in the 150-byte header (§2.1)."""
 ORPHAN_SWEEP_S = 1.0
 ORPHAN_SYNC_TRIGGER = 64
 """P13: more missing ancestors than this triggers milestone sync."""
@@ -104,6 +102,8 @@ class PeerManager:
         self.ban_duration_ms = 1000 * _or(getattr(config, "ban_duration_s", None), ban_s)
         self.max_frame = wire.MAX_FRAME
         self.discovery = not bool(getattr(config, "no_discovery", False))
+        self.stale_relay_filter = bool(getattr(config, "stale_relay_filter", True))
+        """P14: drop relayed blocks with a milestone link ``punctuality`` below our best."""
         self.local = wire.LocalInfo(self.params.network_id, service.chain.genesis_id, node_id)
         self.rng = random.Random(os.urandom(16))
         datadir = _datadir(config)
@@ -122,6 +122,8 @@ class PeerManager:
         self._tried: set[tuple[str, int]] = set()
         self._dialed_to: dict[tuple[str, int], str] = {}
         self._sync_peer: str | None = None
+        self._sync_fetches = gossip.KnownInventory(2 * wire.MAX_IDS)
+        """Blocks we getdata'd from a ``pending`` reply (P9): exempt from P14."""
         self._plan = SyncPlan()
         self._sync_empty_round = False
         self._headers_exhausted = False
@@ -604,7 +606,30 @@ class PeerManager:
         self.fetcher.on_received(block_id)
         if not self.synced and not requested:
             return  # P10: relayed blocks are ignored until initial sync ends
+        if self._drop_stale_relay(peer, block_id, msg.data):
+            return
         self._submit_block(peer, msg.data)
+
+    def _drop_stale_relay(self, peer: Peer, block_id: bytes, raw: bytes) -> bool:
+        """P14: drop a relayed block whose milestone link is ``punctuality`` below our best.
+
+        Relayed means pushed or fetched after an ``inv``; blocks of the sync plan never get
+        here, and blocks fetched from a ``pending`` reply (P9) or that an orphan waits for
+        (P13) are exempt, so the filter never slows a node that is catching up. No penalty,
+        nothing remembered (docs/p2p.md).
+        """
+        if not self.stale_relay_filter or block_id in self._sync_fetches:
+            return False
+        stale = self.service.drop_stale_relay(block_id, raw)
+        if stale is None:
+            return False
+        log.debug(
+            "peer %s: stale relayed block %s dropped (P14: milestone link at %d, best %d)",
+            peer.key,
+            block_id.hex()[:16],
+            *stale,
+        )
+        return True
 
     def _submit_block(self, peer: Peer, raw: bytes) -> bool:
         try:
@@ -631,7 +656,7 @@ class PeerManager:
             ]
             if want:
                 self._request(peer, want)
-            ms_link = raw[3 + MS_LINK_OFFSET : 3 + MS_LINK_OFFSET + 32]
+            ms_link = gossip.block_frame_milestone_link(raw)
             if ms_link in outcome.missing or len(self.service.chain.orphans) > ORPHAN_SYNC_TRIGGER:
                 # P13: an unknown milestone link means we are behind: milestone sync is faster
                 self._start_sync(peer)
@@ -684,6 +709,7 @@ class PeerManager:
             if not self.service.has_block(i) and i not in self.fetcher
         ]
         for _, item in want:
+            self._sync_fetches.add(item)
             self.fetcher.on_announce(item, peer.key, self._now_ms())
         if want:
             self._request(peer, want)

@@ -25,6 +25,7 @@ from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, Mempool
 from dagchain.params import ConsensusParams
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import BlockId, TxId
+from node.gossip import block_frame_milestone_link, is_stale_relay
 
 __all__ = ["EventKind", "NodeEvent", "NodeService"]
 
@@ -285,6 +286,36 @@ class NodeService:
                 continue
             if any(chain.get_utxo(i.txid, i.out_index) is None for i in entry.tx.inputs):
                 pool.remove(txid)
+
+    def drop_stale_relay(self, block_id: bytes, raw: bytes) -> tuple[int, int] | None:
+        """P14 (policy, §11.6): should a *relayed* block be dropped as stale?
+
+        True when the block is not accepted yet (D1 decides otherwise), its milestone link is
+        an accepted milestone at height h with best height - h >= ``punctuality``, and no held
+        orphan waits for it (a block an orphan needs is fetched for that orphan, never
+        filtered). Nothing is remembered: the id enters no cache, so a later fetch of the same
+        block (for an orphan, or in sync) runs the full procedure. A dropped block is counted
+        as ``block:P14`` in :attr:`rejected`.
+
+        The caller decides that the block was relayed (pushed, or fetched after an ``inv``)
+        and not fetched during sync (P9).
+
+        Returns:
+            (milestone link height, best height) if the block is to be dropped, else None.
+        """
+        ms_link = block_frame_milestone_link(raw)
+        if ms_link is None or self.chain.has_block(block_id):
+            return None
+        snap = self.chain.get_snapshot(ms_link)
+        if snap is None:  # unknown link (ORPHAN) or not a milestone (D3): the core decides
+            return None
+        best = self.chain.best_height
+        if not is_stale_relay(snap.height, best, self.params.punctuality):
+            return None
+        if self.chain.orphans and BlockId(block_id) in self.chain.orphans.missing_links():
+            return None
+        self.rejected["block:P14"] += 1
+        return snap.height, best
 
     # ------------------------------------------------------------------ transactions
     def submit_tx(self, raw: bytes, peer: str = "local") -> TxId:
