@@ -52,22 +52,83 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dagchain {package_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     start = sub.add_parser("start", help="run a full node in the foreground")
-    start.add_argument("--network", choices=["mainnet", "testnet", "devnet"], default=None)
-    start.add_argument("--datadir", type=Path, default=None, help="default ~/.dagchain/<network>")
     start.add_argument(
-        "--config", type=Path, default=None, help="TOML; default <datadir>/dagchain.toml"
+        "--network",
+        type=str.lower,
+        choices=["mainnet", "testnet", "devnet"],
+        default=None,
+        help="parameter preset and genesis (default: mainnet)",
     )
-    start.add_argument("--p2p-host", default=None)
-    start.add_argument("--p2p-port", type=int, default=None)
-    start.add_argument("--api-host", default=None)
-    start.add_argument("--api-port", type=int, default=None)
-    start.add_argument("--peer", dest="peers", action="append", default=None, metavar="HOST:PORT")
+    start.add_argument(
+        "--datadir", type=Path, default=None, help="all state (default: ~/.dagchain/<network>)"
+    )
+    start.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="TOML with the same keys as the long options; flags override it "
+        "(default: <datadir>/dagchain.toml if present)",
+    )
+    start.add_argument(
+        "--p2p-host", default=None, metavar="HOST", help="P2P listener (default: 0.0.0.0)"
+    )
+    start.add_argument(
+        "--p2p-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="default: mainnet 7707, testnet 17707, devnet 27707",
+    )
+    start.add_argument(
+        "--api-host",
+        default=None,
+        metavar="HOST",
+        help="HTTP API and explorer (default: 127.0.0.1)",
+    )
+    start.add_argument(
+        "--api-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="default: mainnet 7708, testnet 17708, devnet 27708",
+    )
+    start.add_argument(
+        "--peer",
+        dest="peers",
+        action="append",
+        default=None,
+        metavar="HOST:PORT",
+        help="peer to connect to; repeatable (default: none, no seeds are built in)",
+    )
     _flag(start, "--no-discovery", "connect only to --peer entries, do not gossip addresses")
-    start.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
-    start.add_argument("--log-format", choices=["text", "json"], default=None)
-    start.add_argument("--max-inbound", type=int, default=None)
-    start.add_argument("--max-outbound", type=int, default=None)
-    start.add_argument("--api-body-limit", type=int, default=None, metavar="BYTES")
+    start.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        default=None,
+        help="logging to stderr (default: info)",
+    )
+    start.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=["text", "json"],
+        default=None,
+        help="text, or one JSON object per line (default: text)",
+    )
+    start.add_argument(
+        "--max-inbound", type=int, default=None, metavar="N", help="default: by network"
+    )
+    start.add_argument(
+        "--max-outbound", type=int, default=None, metavar="N", help="default: by network"
+    )
+    start.add_argument(
+        "--api-body-limit",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="larger request bodies get 413 (default: 1048576)",
+    )
     _flag(start, "--in-memory", "keep the chain in memory (nothing survives a restart)")
     start.add_argument(
         "--no-p2p",
@@ -95,7 +156,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "start":
-        parser.print_usage(sys.stderr)
         return _fail("a command is required: dagchain-node start [options]")
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
     try:

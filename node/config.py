@@ -1,8 +1,9 @@
 """NodeConfig: the node's settings from a TOML file and command-line flags (flags win).
 
-The TOML file holds the same keys as the long options (``p2p-port`` or ``p2p_port``; ``peers`` a
-list of ``"HOST:PORT"``). An unknown key or a bad value is a :class:`ConfigError` with a one-line
-message naming the key, which ``dagchain-node`` turns into exit status 2.
+The TOML file holds the same keys as the long options (``p2p-port`` or ``p2p_port``; ``peer`` or
+``peers``, one ``"HOST:PORT"`` or a list; ``no-p2p``; ``~`` expanded in ``datadir``). An unknown
+key or a bad value is a :class:`ConfigError` with a one-line message naming the key, which
+``dagchain-node`` turns into exit status 2.
 """
 
 import tomllib
@@ -69,6 +70,18 @@ class NodeConfig(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Only what load_config hands in: no environment variables, no dotenv (no hidden input).
         return (init_settings,)
+
+    @field_validator("peers", mode="before")
+    @classmethod
+    def _one_peer(cls, value: Any) -> Any:
+        # ``peer = "host:port"`` in the file, like one ``--peer``; a list for several
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("datadir", mode="before")
+    @classmethod
+    def _expand_home(cls, value: Any) -> Any:
+        # ``~`` in the config file (or ``--datadir=~/x``, which no shell expands)
+        return Path(value).expanduser() if isinstance(value, str | Path) else value
 
     @field_validator("peers")
     @classmethod
@@ -147,6 +160,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
+        if name == "no_p2p":  # the flag --no-p2p sets p2p = false
+            if not isinstance(value, bool):
+                raise ConfigError(f"bad value for {key}: not true or false (config file {path})")
+            out["p2p"] = not value
+            continue
         out[_ALIASES.get(name, name)] = value
     return out
 
@@ -170,7 +188,7 @@ def load_config(flags: dict[str, Any], config_file: Path | None = None) -> NodeC
     else:
         network = str(given.get("network", "mainnet")).lower()
         datadir = given.get("datadir")
-        base = Path(datadir) if datadir is not None else default_datadir(network)
+        base = Path(datadir).expanduser() if datadir is not None else default_datadir(network)
         candidate = base / CONFIG_FILE_NAME
         if candidate.is_file():
             config_file = candidate

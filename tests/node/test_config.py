@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.cli import lock_datadir, main, write_token
+from node.cli import build_parser, lock_datadir, main, write_token
 from node.config import ConfigError, load_config
 
 NODE = [sys.executable, "-m", "node.cli"]
@@ -80,9 +80,11 @@ def test_datadir_lock_is_exclusive(tmp_path: Path) -> None:
     lock_datadir(tmp_path).close()
 
 
-def test_missing_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_command_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
-    assert "a command is required" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "a command is required" in err
+    assert err.count("\n") == 1, err
 
 
 def test_bad_config_exits_2_with_one_line(
@@ -117,3 +119,79 @@ def test_version_prints_and_exits_0() -> None:
     )
     assert proc.returncode == 0
     assert proc.stdout.startswith("dagchain ")
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ('peer = "10.0.0.1:7707"\n', ("10.0.0.1:7707",)),
+        ('peer = ["a:1", "b:2"]\n', ("a:1", "b:2")),
+        ('peers = "a:1"\n', ("a:1",)),
+    ],
+)
+def test_config_file_peer_key_takes_one_string_or_a_list(
+    tmp_path: Path, text: str, want: tuple[str, ...]
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert load_config({}, path).peers == want
+
+
+def test_every_long_option_is_a_config_key(tmp_path: Path) -> None:
+    # INTERFACES.md: the file takes "the same keys as the long options", flag spelling included.
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'network = "devnet"\ndatadir = "~/dd"\np2p-host = "127.0.0.1"\np2p-port = 1\n'
+        'api-host = "127.0.0.2"\napi-port = 2\npeer = ["h:3"]\nno-discovery = true\n'
+        'log-level = "debug"\nlog-format = "json"\nmax-inbound = 4\nmax-outbound = 5\n'
+        "api-body-limit = 4096\nin-memory = true\nno-p2p = true\n"
+    )
+    config = load_config({}, path)
+    assert config.data_path == Path.home() / "dd", "~ is expanded in the file too"
+    assert (config.p2p_host, config.p2p_port, config.api_host, config.api_port) == (
+        "127.0.0.1",
+        1,
+        "127.0.0.2",
+        2,
+    )
+    assert config.no_discovery
+    assert config.in_memory
+    assert config.p2p is False
+    assert (config.log_level, config.log_format) == ("debug", "json")
+    assert (config.max_inbound, config.max_outbound, config.api_body_limit) == (4, 5, 4096)
+
+
+def test_the_command_line_overrides_no_p2p_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("no-p2p = false\n")
+    assert load_config({}, path).p2p is True
+    assert load_config({"p2p": False}, path).p2p is False
+
+
+def test_choices_are_case_insensitive_on_the_command_line_as_in_the_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = build_parser().parse_args(
+        ["start", "--network", "DevNet", "--log-level", "DEBUG", "--log-format", "JSON"]
+    )
+    assert (args.network, args.log_level, args.log_format) == ("devnet", "debug", "json")
+
+
+def test_start_help_names_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["start", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for words in (
+        "default: mainnet",
+        "default: ~/.dagchain/<network>",
+        "default: <datadir>/dagchain.toml",
+        "default: 0.0.0.0",
+        "default: 127.0.0.1",
+        "27707",
+        "27708",
+        "repeatable",
+        "default: info",
+        "default: text",
+    ):
+        assert words in text, words
