@@ -84,7 +84,13 @@ class ApiError(Exception):
 class NodeProcess:
     """One ``dagchain-node start --network devnet`` process and its API."""
 
-    def __init__(self, index: int, datadir: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        index: int,
+        datadir: Path,
+        extra_args: Sequence[str] = (),
+        discovery: bool = False,
+    ) -> None:
         self.index = index
         self.name = f"node{index}"
         self.datadir = datadir
@@ -92,6 +98,8 @@ class NodeProcess:
         self.api_port = free_port()
         self.peers: list[str] = []
         self.extra_args = list(extra_args)
+        self.discovery = discovery
+        """Address gossip (P12) on; off by default, so a test's topology is what it wired."""
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = datadir.parent / f"{self.name}.log"
         self._log_file: Any = None
@@ -123,10 +131,11 @@ class NodeProcess:
             str(self.p2p_port),
             "--api-port",
             str(self.api_port),
-            "--no-discovery",
             "--log-level",
             "debug" if os.environ.get("DAGCHAIN_TEST_DEBUG") else "info",
         ]
+        if not self.discovery:
+            cmd.append("--no-discovery")
         for peer in self.peers:
             cmd += ["--peer", peer]
         return cmd + self.extra_args
@@ -257,6 +266,24 @@ class NodeProcess:
         """Connected peers."""
         return len(self.request("GET", "/v1/peers"))
 
+    def peer_rows(self) -> list[dict[str, Any]]:
+        """GET /v1/peers: one row per connected peer."""
+        rows: list[dict[str, Any]] = self.request("GET", "/v1/peers")
+        return rows
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of GET /metrics (0.0 if absent), e.g. ``metric("dagchain_rejected_total",
+        kind="block", reason="P14")``."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        sample = f"{name}{{{want}}}" if labels else name
+        for line in text.splitlines():
+            key, _, value = line.rpartition(" ")
+            if key == sample or (labels and _sorted_labels(key) == sample):
+                return float(value)
+        return 0.0
+
     def level_set(self, height: int) -> list[str]:
         """Block hashes of a best-chain level set in total order."""
         result = self.request("GET", f"/v1/milestones/{height}/level-set")
@@ -286,6 +313,13 @@ class NodeProcess:
         return h.hexdigest()
 
 
+def _sorted_labels(sample: str) -> str:
+    """``name{b="2",a="1"}`` → ``name{a="1",b="2"}`` (label order of the exposition varies)."""
+    name, _, rest = sample.partition("{")
+    labels = sorted(rest.rstrip("}").split(",")) if rest else []
+    return f"{name}{{{','.join(labels)}}}" if labels else name
+
+
 class TestNetwork:
     """N real devnet nodes on 127.0.0.1; every process is killed at cleanup."""
 
@@ -295,9 +329,13 @@ class TestNetwork:
         self.root = root
         self.nodes: list[NodeProcess] = []
 
-    def add_node(self, peers: Sequence[NodeProcess] = (), start: bool = True) -> NodeProcess:
-        """A new node dialing ``peers`` (one direction only, so no duplicate connections)."""
-        node = NodeProcess(len(self.nodes), self.root / f"node{len(self.nodes)}" / "data")
+    def add_node(
+        self, peers: Sequence[NodeProcess] = (), start: bool = True, discovery: bool = False
+    ) -> NodeProcess:
+        """A new node dialing ``peers`` (one direction only, so no duplicate connections);
+        ``discovery`` drops ``--no-discovery`` (P12 address gossip on)."""
+        index = len(self.nodes)
+        node = NodeProcess(index, self.root / f"node{index}" / "data", discovery=discovery)
         node.peers = [p.p2p_address for p in peers]
         self.nodes.append(node)
         if start:
@@ -522,6 +560,23 @@ class FakePeer:
     def is_closed(self) -> bool:
         """True once the node closed the connection."""
         return self.closed.is_set()
+
+    def barrier(self, timeout: float = 10.0) -> None:
+        """Ping and wait for the pong: the node has handled every message sent before it
+        (one reader per connection, in order)."""
+        nonce = int.from_bytes(os.urandom(7), "little") + 1
+        self.send(wire.Ping(nonce))
+        wait_until(
+            lambda: any(isinstance(m, wire.Pong) and m.nonce == nonce for m in self.received),
+            timeout,
+            "the node's pong",
+        )
+
+    def wait_for(
+        self, predicate: Callable[[wire.Message], bool], timeout: float, what: str
+    ) -> None:
+        """Wait until the node sent a message matching ``predicate``."""
+        wait_until(lambda: any(predicate(m) for m in list(self.received)), timeout, what)
 
     def send(self, msg: wire.Message) -> None:
         """Send one encoded message."""
