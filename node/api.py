@@ -88,6 +88,7 @@ class ApiContext:
 
 
 CTX = web.AppKey("ctx", ApiContext)
+BODY_LIMIT = web.AppKey("body_limit", int)
 
 
 class ApiError(Exception):
@@ -128,7 +129,14 @@ _HTTP_CODES = {
 async def error_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Turn every error into the JSON error shape; log unexpected ones, never leak them."""
+    """Turn every error into the JSON error shape; log unexpected ones, never leak them.
+
+    A declared body over the limit is refused with 413 before routing and authentication, on
+    every path; a chunked body without a length is cut off at the limit when a handler reads it.
+    """
+    length = request.content_length
+    if length is not None and length > request.app[BODY_LIMIT]:
+        return _error_response(413, "body-too-large", "request body exceeds the configured limit")
     try:
         return await handler(request)
     except ApiError as exc:
@@ -421,7 +429,18 @@ async def get_tx(request: web.Request) -> web.Response:
         return _tx(txid, "mempool", None, None, 0)
     if invalid is not None:
         return _tx(txid, "invalid", invalid[0], invalid[1], 0, invalid[2])
-    raise ApiError(404, "not-found", "unknown transaction")
+    # 404 like any unknown resource, and the TxResponse fields with status "unknown"
+    # (INTERFACES.md lists it), so a client may read either; docs/node.md.
+    unknown = M.UnknownTxResponse(
+        error=M.ErrorBody(code="not-found", message="unknown transaction"),
+        txid=txid.hex(),
+        status="unknown",
+        block=None,
+        milestone_height=None,
+        confirmations=0,
+        reason=None,
+    )
+    return _json(unknown, status=404)
 
 
 def _tx(
@@ -506,6 +525,17 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html")
+
+
+STATIC_FILES = frozenset(p.name for p in STATIC_DIR.iterdir() if p.is_file())
+"""The explorer's assets; any other name under /static/ is a JSON 404 (no directory walking)."""
+
+
+async def static_file(request: web.Request) -> web.FileResponse:
+    name = request.match_info["name"]
+    if name not in STATIC_FILES:
+        raise ApiError(404, "not-found", f"no such path: {request.path}")
+    return web.FileResponse(STATIC_DIR / name)
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -706,6 +736,15 @@ class Route:
     auth: bool = False
     statuses: tuple[int, ...] = (200,)
     content: str = "application/json"
+    query: tuple[tuple[str, str], ...] = ()
+    """Query parameters: (name, description); all optional."""
+    schema: dict[str, Any] | None = None
+    """The success schema when no pydantic model describes it."""
+    error_models: tuple[tuple[int, type[BaseModel]], ...] = ()
+    """Error statuses whose body is more than ErrorResponse."""
+
+
+_HASH_LIST = {"type": "array", "items": {"type": "string"}}
 
 
 ROUTES: tuple[Route, ...] = (
@@ -729,6 +768,10 @@ ROUTES: tuple[Route, ...] = (
         M.MilestoneItem,
         many=True,
         statuses=(200, 400),
+        query=(
+            ("start", "first height (default 0)"),
+            ("limit", f"at most this many (1..{MILESTONES_MAX}, default 100)"),
+        ),
     ),
     Route(
         "GET",
@@ -736,6 +779,7 @@ ROUTES: tuple[Route, ...] = (
         level_set,
         "Block hashes of a level set in total order",
         statuses=(200, 400, 404),
+        schema=_HASH_LIST,
     ),
     Route(
         "GET",
@@ -745,6 +789,10 @@ ROUTES: tuple[Route, ...] = (
         "then the pending blocks",
         M.DagResponse,
         statuses=(200, 400),
+        query=(
+            ("start", "first height (default: the last `limit` milestones)"),
+            ("limit", f"level sets (1..{DAG_LEVEL_SETS_MAX}, default 20)"),
+        ),
     ),
     Route(
         "GET",
@@ -757,9 +805,10 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/v1/txs/{txid}",
         get_tx,
-        "A transaction's status",
+        "A transaction's status (404 with status unknown for a txid the node does not know)",
         M.TxResponse,
         statuses=(200, 400, 404),
+        error_models=((404, M.UnknownTxResponse),),
     ),
     Route(
         "POST",
@@ -788,6 +837,10 @@ ROUTES: tuple[Route, ...] = (
         M.TemplateResponse,
         auth=True,
         statuses=(200, 400, 401, 404, 503),
+        query=(
+            ("root", "registration block (hex) of the peer chain to extend; or register"),
+            ("register", "redemption-key address of a new peer chain to register; or root"),
+        ),
     ),
     Route(
         "POST",
@@ -849,16 +902,30 @@ def openapi_document(version: str) -> dict[str, Any]:
             if route.many:
                 schema = {"type": "array", "items": schema}
             ok["content"] = {route.content: {"schema": schema}}
+        elif route.schema is not None:
+            ok["content"] = {route.content: {"schema": route.schema}}
         else:
             ok["content"] = {route.content: {}}
+        special = dict(route.error_models)
         responses: dict[str, Any] = {}
         for code in route.statuses:
-            responses[str(code)] = ok if code < 300 else {"description": "Error", "content": error}
+            if code < 300:
+                responses[str(code)] = ok
+            elif code in special:
+                body = {"application/json": {"schema": ref(special[code])}}
+                responses[str(code)] = {"description": "Error", "content": body}
+            else:
+                responses[str(code)] = {"description": "Error", "content": error}
         op: dict[str, Any] = {"summary": route.summary, "responses": responses}
         params = [
             {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
             for part in route.path.split("/")
             if part.startswith("{")
+        ]
+        params += [
+            {"name": name, "in": "query", "required": False, "description": text}
+            | {"schema": {"type": "string"}}
+            for name, text in route.query
         ]
         if params:
             op["parameters"] = params
@@ -885,8 +952,9 @@ def create_app(ctx: ApiContext, body_limit: int) -> web.Application:
     """The API application: routes, JSON errors, body limit, static files."""
     app = web.Application(middlewares=[error_middleware], client_max_size=body_limit)
     app[CTX] = ctx
+    app[BODY_LIMIT] = body_limit
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
-    app.router.add_static("/static/", STATIC_DIR, show_index=False)
+    app.router.add_get("/static/{name}", static_file)
     app.on_shutdown.append(_close_sockets)
     return app
