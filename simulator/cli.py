@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from simulator.scenario import Scenario, ScenarioError, load_scenario
 
@@ -116,12 +116,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors are one line on stderr and exit 2 (like dagchain-node)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dagchain-sim",
         description="Discrete-event network simulator on the real dagchain core.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run one scenario")
     run.add_argument("scenario", nargs="?", type=Path, help="scenario TOML (defaults if omitted)")
     run.add_argument("--protocol", choices=("sdag", "nakamoto"))

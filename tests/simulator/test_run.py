@@ -53,6 +53,10 @@ def test_run_writes_every_output(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert sorted(metrics["revenue_share"]) == [f"miner_{i}" for i in range(4)]
     assert metrics["throughput_tps"] > 0
     manifest = json.loads((out / "manifest.json").read_text())
+    assert {"scenario", "seed", "code_version", "wall_s", "events", "events_per_s"} <= set(manifest)
+    assert set(manifest["scenario"]) >= {"nodes", "duration_s", "seed", "protocol", "network"}
+    assert set(manifest["scenario"]) >= {"chain", "miners", "load", "attack"}
+    assert manifest["code_version"]
     assert manifest["seed"] == 3
     assert manifest["scenario"]["nodes"] == 6
     assert manifest["events"] == metrics["events"]
