@@ -400,12 +400,7 @@ class _Run:
         for n in stage_a:
             values = inter_value[pos : pos + n]
             pos += n
-            chosen, change = select_coins(free, sum(values) + fund_fee, self.params.max_tx_inputs)
-            chosen_set = {u.outpoint for u in chosen}
-            free = [u for u in free if u.outpoint not in chosen_set]
-            sent = await self.submit(
-                [Coin(u, -1) for u in chosen], [(a0, v) for v in values], change, fund_fee, "fund"
-            )
+            sent, free = await self.fund_tx(free, [(a0, v) for v in values], fund_fee)
             if not sent.accepted:
                 raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
             stage_a_txs.append(sent)
@@ -424,6 +419,26 @@ class _Run:
             stage_b_txs.append(sent)
             self.pool.extend(Coin(Utxo(sent.txid, j, amount), o) for j, o in enumerate(owners))
         await self.wait_confirmed(stage_b_txs, "stage B funding")
+
+    async def fund_tx(
+        self, free: list[Utxo], payments: list[tuple[Address, int]], fee: int
+    ) -> tuple[SentTx, list[Utxo]]:
+        """One stage-A tx from the source wallet's ``free`` coins; returns it and the coins left.
+
+        The node's address answer lists confirmed coins, also those a pool tx already spends
+        (an earlier ``send`` or another load still pending); such a coin gets 409 and is set
+        aside, and the next coins are tried: at most one attempt per coin, then the
+        ``insufficient funds`` error of :func:`select_coins`.
+        """
+        need = sum(amount for _, amount in payments) + fee
+        for _ in range(len(free) + 1):
+            chosen, change = select_coins(free, need, self.params.max_tx_inputs)
+            chosen_set = {u.outpoint for u in chosen}
+            free = [u for u in free if u.outpoint not in chosen_set]
+            sent = await self.submit([Coin(u, -1) for u in chosen], payments, change, fee, "fund")
+            if sent.accepted or sent.status != 409:
+                return sent, free
+        raise WalletError("every source coin is spent by pending txs")  # pragma: no cover
 
     async def wait_confirmed(self, txs: Sequence[SentTx], what: str) -> None:
         tracker = self.tracker

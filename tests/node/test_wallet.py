@@ -10,11 +10,22 @@ import pytest
 
 from dagchain.crypto import encode_address
 from dagchain.params import DEVNET
-from dagchain.transactions import validate_tx_signatures, validate_tx_stateless
+from dagchain.transactions import (
+    decode_transaction,
+    validate_tx_signatures,
+    validate_tx_stateless,
+)
 from dagchain.types import TxId
 from node import wallet
-from node.loadgen import coins_needed, duplicate_rate, fanout_plan, percentile
-from node.walletclient import Utxo, WalletError, address_of, build_payment, select_coins
+from node.loadgen import LoadConfig, _Run, coins_needed, duplicate_rate, fanout_plan, percentile
+from node.walletclient import (
+    ApiAnswer,
+    Utxo,
+    WalletError,
+    address_of,
+    build_payment,
+    select_coins,
+)
 
 FAST = (2**4, 8, 1)  # tests only: the CLI always uses n = 2^15
 SECRET = (7).to_bytes(32, "big")
@@ -198,3 +209,39 @@ def test_fanout_plan_makes_exactly_the_coins_within_output_limits(coins: int) ->
 def test_funding_covers_a_short_run_and_a_recycle_window_of_a_long_one() -> None:
     assert coins_needed(10, 15, 4) >= 150
     assert coins_needed(1000, 120, 16) < 1000 * 120
+
+
+class _BusyCoinNode:
+    """A fake NodeClient: 409 ``conflict`` for a tx spending a coin a pool tx already spends."""
+
+    def __init__(self, busy: set[tuple[TxId, int]]) -> None:
+        self.busy = busy
+        self.posted: list[list[tuple[TxId, int]]] = []
+
+    async def submit(self, raw: bytes) -> ApiAnswer:
+        tx = decode_transaction(raw, DEVNET)
+        spent = [(TxId(i.txid), i.out_index) for i in tx.inputs]
+        self.posted.append(spent)
+        if self.busy & set(spent):
+            error = {"code": "conflict", "message": "an input is spent by a pool tx"}
+            return ApiAnswer(409, {"error": error})
+        return ApiAnswer(202, {"txid": tx.txid.hex()})
+
+
+async def test_load_funding_sets_aside_coins_that_pool_txs_already_spend() -> None:
+    coins = [utxo(n, 10**14) for n in range(1, 6)]
+    busy = {coins[0].outpoint, coins[1].outpoint}  # e.g. an earlier `send` still pending
+    node = _BusyCoinNode(busy)
+    config = LoadConfig(rate=1, duration_s=1, accounts=1)
+    run = _Run(node, DEVNET, SECRET, config, lambda line: None)  # type: ignore[arg-type]
+    sent, free = await run.fund_tx(coins, [(address_of(SECRET), 1000)], 10)
+    assert sent.accepted
+    assert node.posted[-1] == [coins[2].outpoint]
+    assert [u.outpoint for u in free] == [u.outpoint for u in coins[3:]]
+    assert run.rejected == Counter({"409:conflict": 2}), "the refusals stay in the report"
+
+    everything = _BusyCoinNode({c.outpoint for c in coins})
+    run = _Run(everything, DEVNET, SECRET, config, lambda line: None)  # type: ignore[arg-type]
+    with pytest.raises(WalletError, match="insufficient funds"):
+        await run.fund_tx(coins, [(address_of(SECRET), 1000)], 10)
+    assert len(everything.posted) == len(coins), "one attempt per coin, then a clear error"
