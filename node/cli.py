@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         token = write_token(config.data_path)
         return _run(config, token)
-    except (StartupError, StorageError) as exc:
+    except (ConfigError, StartupError, StorageError) as exc:
         return _fail(str(exc))
     finally:
         lock.close()
@@ -220,13 +220,20 @@ def lock_datadir(datadir: Path) -> IO[str]:
 
 
 def write_token(datadir: Path) -> str:
-    """Write a fresh random bearer token to ``<datadir>/api.token`` (mode 0600)."""
+    """Write a fresh random bearer token to ``<datadir>/api.token`` (mode 0600).
+
+    Raises:
+        ConfigError: the file cannot be written (a directory in its place, no permission).
+    """
     token = secrets.token_hex(32)
     path = datadir / TOKEN_FILE_NAME
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        handle.write(token + "\n")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), 0o600)
+            handle.write(token + "\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the API token {path}: {exc.strerror or exc}") from None
     return token
 
 

@@ -51,7 +51,7 @@ def open_store(config: NodeConfig) -> KVStore:
     """LevelDB in ``<datadir>/chain``, or memory with ``--in-memory`` (never silently).
 
     Raises:
-        StartupError: the LevelDB backend is not available.
+        StartupError: the LevelDB backend is not available, or ``chain`` is not a directory.
         StorageError: the database is damaged, locked or of another network.
     """
     if config.in_memory:
@@ -61,7 +61,10 @@ def open_store(config: NodeConfig) -> KVStore:
         leveldb = importlib.import_module("dagchain.storage.leveldb")
     except ImportError as exc:
         raise StartupError(f"LevelDB backend unavailable ({exc}); use --in-memory") from None
-    store: KVStore = leveldb.LevelDBStore(config.data_path / CHAIN_DIR)
+    path = config.data_path / CHAIN_DIR
+    if path.exists() and not path.is_dir():
+        raise StartupError(f"{path} is not a directory: move it away or use another --datadir")
+    store: KVStore = leveldb.LevelDBStore(path)
     return store
 
 

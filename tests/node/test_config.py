@@ -195,3 +195,21 @@ def test_start_help_names_every_default(capsys: pytest.CaptureFixture[str]) -> N
         "default: text",
     ):
         assert words in text, words
+
+
+@pytest.mark.parametrize("blocker", ["api.token", "chain"])
+def test_an_unusable_token_or_chain_path_exits_2_with_one_line(
+    tmp_path: Path, blocker: str
+) -> None:
+    # api.token a directory (cannot be written), chain a file (cannot hold the database)
+    if blocker == "api.token":
+        (tmp_path / blocker).mkdir()
+    else:
+        (tmp_path / blocker).write_text("not a database\n")
+    args = ["start", "--network", "devnet", "--datadir", str(tmp_path), "--no-p2p"]
+    args += ["--api-port", "0", "--log-level", "error"]
+    proc = subprocess.run([*NODE, *args], capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert blocker in proc.stderr
+    assert "Traceback" not in proc.stderr
