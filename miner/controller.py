@@ -63,7 +63,11 @@ class MinerError(Exception):
 
 
 def load_or_create_key(datadir: Path) -> bytes:
-    """The redemption secret key, created (mode 0600) on first use."""
+    """The redemption secret key, created (mode 0600) on first use.
+
+    Raises:
+        MinerError: the key file is damaged, or the datadir cannot be created or written.
+    """
     path = datadir / KEY_FILE
     if path.exists():
         try:
@@ -72,13 +76,16 @@ def load_or_create_key(datadir: Path) -> bytes:
         except Exception as exc:
             raise MinerError(f"{path} does not hold a valid secret key: {exc}") from exc
         return secret
-    datadir.mkdir(parents=True, exist_ok=True)
     secret = _new_secret()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret.hex() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        datadir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret.hex() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise MinerError(f"cannot use the miner datadir {datadir}: {exc.strerror or exc}") from None
     return secret
 
 

@@ -109,3 +109,15 @@ def test_key_file_is_private_and_reused(tmp_path: Path) -> None:
     first = load_or_create_key(tmp_path)
     assert (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
     assert load_or_create_key(tmp_path) == first
+
+
+async def test_unusable_datadir_is_one_line_exit_2(tmp_path: Path) -> None:
+    token = tmp_path / "api.token"
+    token.write_text("t\n")
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the miner's datadir should be\n")
+    async with TestServer(_fake_node()) as server:
+        url = str(server.make_url(""))
+        args = ["--node", url, "--address", PAYOUT, "--token-file", str(token)]
+        result = await _run_miner(*args, "--datadir", str(blocked / "sub"))
+    _one_line_error(result, "cannot use the miner datadir")
