@@ -88,13 +88,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         seed=args.seed,
     )
+    out = _output_dir(Path(args.out))  # before the run: a long run never ends in a failed write
     sim = Simulation(scenario)
     bar = ProgressBar(scenario.duration_s * 1000.0, sys.stderr) if sys.stderr.isatty() else None
     result = sim.run(progress=bar)
     if bar is not None:
         bar.close()
-    out = Path(args.out)
-    write_outputs(out, scenario, result)
+    try:
+        write_outputs(out, scenario, result)
+    except OSError as exc:
+        raise ScenarioError(f"cannot write the results to {out}: {exc.strerror or exc}") from None
     if not args.no_plots:
         try:
             from simulator.plots import plot_run
@@ -108,10 +111,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _output_dir(out: Path) -> Path:
+    """``--out``, created now.
+
+    Raises:
+        ScenarioError: it cannot be created (a file in the way, no permission).
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(f"cannot write to --out {out}: {exc.strerror or exc}") from None
+    return out
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.sweep import run_sweep
 
-    path = run_sweep(Path(args.sweep), args.executor, args.workers, Path(args.out), args.address)
+    out = _output_dir(Path(args.out))
+    path = run_sweep(Path(args.sweep), args.executor, args.workers, out, args.address)
     print(f"sweep results in {path}")
     return 0
 

@@ -111,3 +111,15 @@ def test_sweep_with_a_missing_executor_says_how_to_install(
         pass
     assert main(["sweep", str(spec), "--executor", "ray", "--out", str(tmp_path / "o")]) == 2
     assert "dagchain[cluster]" in capsys.readouterr().err
+
+
+def test_an_unwritable_out_dir_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the output directory should be\n")
+    args = ["run", "--nodes", "2", "--duration", "1", "--no-plots", "--out", str(blocked / "o")]
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert "cannot write" in lines[0]
