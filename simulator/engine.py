@@ -11,9 +11,19 @@ With a million events in flight (10,000 relaying nodes), popping from one big he
 of the run, most of it cache misses on the entries compared; the open bucket's heap is small.
 The order is exactly that of one heap over (time_ms, seq): a bucket holds the events whose
 ``floor(time_ms / BUCKET_MS)`` is its index, and that is monotonic in time_ms.
+
+Dropping is for events that are known, once queued, to change nothing when they run: the relay's
+copies of an item that lose the race to a faster copy (``simulator/network.py``, about half of all
+deliveries). The caller adds ``id(time_ms)`` of such an event to ``dropped``; the event stays
+queued and is skipped, uncounted, when it comes up, for the price of one set lookup per event (no
+handle to keep, no callback to run). The time object names the event, so an event that may be
+dropped must have a float object of its own as its time (any fresh arithmetic result is): the
+object is alive while the event is queued, so no other live object shares its ``id``.
+``revive`` takes dropped events back (they then run as if never dropped).
 """
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any, final
@@ -39,6 +49,8 @@ class Engine:
         """Heap of the indices in ``_buckets``."""
         self._seq = 0
         self._cancelled: set[int] = set()
+        self.dropped: set[int] = set()
+        """``id`` of the time object of each queued event to skip (see the module doc)."""
         self.events = 0
         """Events run so far (cancelled ones are not counted)."""
 
@@ -84,6 +96,22 @@ class Engine:
         """Drop a scheduled event (lazily: it is skipped when it comes up)."""
         self._cancelled.add(handle)
 
+    def revive(self, wanted: Callable[[Event], bool]) -> int:
+        """Run the dropped events for which ``wanted(event)`` is true after all.
+
+        They keep their time and place in the order. Scans every queued event: for rare
+        corrections only. Returns how many were revived.
+        """
+        dropped = self.dropped
+        back = 0
+        if dropped:
+            for event in itertools.chain(self._open, *self._buckets.values()):
+                key = id(event[0])
+                if key in dropped and wanted(event):
+                    dropped.remove(key)
+                    back += 1
+        return back
+
     def __len__(self) -> int:
         return len(self._open) + sum(len(b) for b in self._buckets.values())
 
@@ -101,7 +129,7 @@ class Engine:
         ``progress(now_ms)`` is called every 4,096 events (the CLI's progress bar). ``events``
         is brought up to date before each ``progress`` call and when the run returns or raises.
         """
-        cancelled = self._cancelled
+        cancelled, dropped, ident = self._cancelled, self.dropped, id
         pop = heapq.heappop
         limit = math.inf if until_ms is None else until_ms
         events = self.events
@@ -117,6 +145,9 @@ class Engine:
                 if heap[0][0] > limit:
                     break
                 time_ms, seq, callback, args = pop(heap)
+                if dropped and ident(time_ms) in dropped:
+                    dropped.remove(ident(time_ms))
+                    continue
                 if cancelled and seq in cancelled:
                     cancelled.discard(seq)
                     continue
@@ -156,4 +187,4 @@ class Engine:
             self._seq = seq
 
 
-__all__ = ["BUCKET_MS", "Callback", "Engine"]
+__all__ = ["BUCKET_MS", "Callback", "Engine", "Event"]

@@ -154,6 +154,7 @@ class Network:
         pending: dict[int, float],
         key: bytes,
         raw: bytes,
+        dropped: set[int],
     ) -> list[tuple[float, tuple[int, bytes, bytes, int]]]:
         """Push one ``size``-byte item from ``src`` to its neighbours.
 
@@ -165,6 +166,12 @@ class Network:
         getdata to us, so no bytes). A peer whose copy in flight lands no later than our
         computed arrival is still charged the transfer (the send was started) but not
         scheduled. Same arithmetic, order and accounting as :meth:`arrival_ms` per link.
+
+        A copy in flight that ours overtakes loses the race: by the time it lands the peer knows
+        the item from ours, so it would change nothing there. Its event is dropped
+        (``id`` of its arrival time, the float in ``pending``, goes to ``dropped``: the engine's
+        :attr:`simulator.engine.Engine.dropped`); the uplink time it booked stays booked.
+        Every returned arrival is a fresh float, as dropping requires.
         """
         peers = self._peers[src]
         todo = peers if known is None else peers - known
@@ -177,16 +184,17 @@ class Network:
         latency_to = self._latency[src]
         download = self.download
         get_pending = pending.get
+        drop = dropped.add
         sent = 0
         for peer in sorted(todo) if len(todo) > 1 else todo:
             if peer == exclude:
                 continue
             latency = latency_to[peer]
-            down = download[peer]
             earlier = get_pending(peer)
             if earlier is not None and earlier <= now_ms + latency + processing:
-                continue
+                continue  # most peers not known yet have a copy in flight that lands sooner
             sent += 1
+            down = download[peer]
             rate = up if up < down else down
             if rate == math.inf:
                 at = now_ms + latency + processing
@@ -197,8 +205,10 @@ class Network:
                 done = start + size * 8 / rate
                 free[src] = done
                 at = done + latency + processing
-            if earlier is not None and earlier <= at:
-                continue
+            if earlier is not None:
+                if earlier <= at:
+                    continue
+                drop(id(earlier))
             pending[peer] = at
             out.append((at, (peer, key, raw, src)))
         if sent:

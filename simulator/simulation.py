@@ -51,11 +51,14 @@ class RunResult:
 class Simulation:
     """The simulated network for one scenario (also the nodes' ``Hub``)."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, *, drop_losing_copies: bool = True) -> None:
+        """``drop_losing_copies=False`` runs every copy that loses the race (tests compare)."""
         self.scenario = scenario
         self.params = params = scenario.to_params()
         self.streams = RngStreams(scenario.seed)
         self.engine = Engine()
+        self._dropped: set[int] = self.engine.dropped if drop_losing_copies else _Discard()
+        """Where fan_out drops the copies that lose the race (see ``retry_block``)."""
         self._clock_offset = params.genesis_timestamp_ms + START_OFFSET_MS
         net = scenario.network
         self.network = Network(
@@ -204,7 +207,7 @@ class Simulation:
             pending = inflight[key] = {}
         size = len(raw) + FRAME_OVERHEAD_BYTES
         sends = self.network.fan_out(
-            src, size, self.engine.now_ms, exclude, known, pending, key, raw
+            src, size, self.engine.now_ms, exclude, known, pending, key, raw, self._dropped
         )
         if sends:
             self.engine.schedule_each(self._deliver_block if is_block else self._deliver_tx, sends)
@@ -228,6 +231,15 @@ class Simulation:
         self.nodes[peer].on_deliver_tx(key, raw, src)
 
     def retry_block(self, node: int, block_id: BlockId, raw: bytes, src: int, at_ms: float) -> None:
+        # The node has just forgotten the block (not yet valid), the only way a node unlearns an
+        # item. A copy of it to this node that was dropped for losing the race was dropped
+        # because the node would know the block when it landed; now it may not, so those copies
+        # run after all, exactly as they did before dropping existed. (No honest run gets here:
+        # a block's timestamp is never ahead of the clock of the node that mined it.)
+        deliver = self._deliver_block
+        self.engine.revive(
+            lambda event: event[2] == deliver and event[3][0] == node and event[3][1] == block_id
+        )
         at = max(self.engine.now_ms, at_ms - self._clock_offset)
         self.engine.schedule_at(at, self.nodes[node].on_deliver_block, block_id, raw, src)
 
@@ -330,6 +342,13 @@ class Simulation:
         if relay_only:  # absent when every node is full: older outputs keep their bytes
             metrics["relay_only_nodes"] = relay_only
         return metrics
+
+
+class _Discard(set[int]):
+    """A drop sink that keeps nothing: losing copies stay queued and run (as no-ops)."""
+
+    def add(self, element: int) -> None:
+        """Keep nothing."""
 
 
 ATTACK_SLICE_MS = 10_000.0

@@ -41,11 +41,14 @@ def test_fan_out_matches_per_link_arrivals_and_skips() -> None:
         excluded, known = links[0].peer, {links[1].peer}
         # A copy in flight to links[2] lands very early: not sent at all. The one in flight to
         # links[3] lands much later than ours: sent, and ours will be the one that counts.
-        pending = {links[2].peer: 0.0, links[3].peer: 1e9}
-        sends = fast.fan_out(src, 1000, 5.0, excluded, known, pending, b"k", b"raw")
+        late = float("1e9")  # the event time object the engine knows this copy by
+        pending = {links[2].peer: 0.0, links[3].peer: late}
+        dropped: set[int] = set()
+        sends = fast.fan_out(src, 1000, 5.0, excluded, known, pending, b"k", b"raw", dropped)
         assert all(args == (args[0], b"k", b"raw", src) for _, args in sends)
         got = [(args[0], at) for at, args in sends]
         assert pending == {links[2].peer: 0.0, **dict(got)}
+        assert dropped == {id(late)}  # overtaken by ours, it would change nothing: dropped
         want = [(link.peer, slow.arrival_ms(src, link, 1000, 5.0)) for link in links[3:]]
         assert got == want
         assert (fast.messages, fast.bytes_sent) == (slow.messages, slow.bytes_sent)

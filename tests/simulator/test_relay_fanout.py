@@ -49,9 +49,14 @@ def test_fan_out_equals_the_walk_over_every_link_in_link_order() -> None:
             size = rng.choice((250, 1_500, 60_000))
             want_pending = dict(pending)
             want = _walk_every_link(slow, src, size, now, exclude, known, want_pending)
-            sends = fast.fan_out(src, size, now, exclude, known, pending, b"k", b"r")
+            before = dict(pending)
+            dropped: set[int] = set()
+            sends = fast.fan_out(src, size, now, exclude, known, pending, b"k", b"r", dropped)
             assert [(args[0], at) for at, args in sends] == want
             assert pending == want_pending
+            # Exactly the copies in flight that a new one overtakes are dropped.
+            assert dropped == {id(before[p]) for p, _ in want if p in before}
+            assert len({id(at) for at, _ in sends}) == len(sends)  # fresh time objects
             now += rng.uniform(0, 30)
         assert (fast.messages, fast.bytes_sent) == (slow.messages, slow.bytes_sent)
         assert fast.messages > 0
