@@ -517,6 +517,15 @@ def test_console_scripts_are_installed() -> None:
     ):
         assert scripts.get(name) == target, name
         assert (BIN / name).exists(), name
+    module = subprocess.run(
+        [sys.executable, "-m", "simulator", "run", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert module.returncode == 0, module.stderr
+    assert "--protocol" in module.stdout, "python -m simulator is dagchain-sim"
 
 
 def test_node_defaults_are_the_documented_ones() -> None:
