@@ -25,7 +25,6 @@ anything that depends on a node judging blocks or txs, and say so with the resul
 from typing import final
 
 from dagchain.caches import DecodeCache
-from dagchain.chain import BlockOutcome, BlockStatus
 from dagchain.errors import EncodingError
 from dagchain.types import BlockId, TxId
 from simulator.knowledge import Knowledge, node_ids
@@ -91,7 +90,7 @@ class RelayNode:
         known = self.known_blocks
         holders = known.holders.get(block_id)
         if holders is not None and self.index in holders:
-            return  # a copy that lost the race
+            return  # already here (a copy that loses the race is dropped before it lands)
         if not known.learn(self.index, block_id):
             return
         try:
@@ -109,9 +108,7 @@ class RelayNode:
             for tx in self.decoder.decode(raw).txs:
                 learn_tx(index, tx.txid)
             hub.send_block(index, block_id, raw, src)
-            hub.on_accepted(
-                self, BlockOutcome(BlockStatus.ACCEPTED, block_id, accepted=(block_id,))
-            )
+            hub.on_relayed(index, (block_id,))
             return
         accepted: list[tuple[BlockId, bytes, int]] = [(block_id, raw, src)]
         i = 0
@@ -130,14 +127,14 @@ class RelayNode:
                 learn_tx(index, tx.txid)
             self.hub.send_block(index, bid, block_raw, src if bid == block_id else -1)
         ids = tuple(bid for bid, _, _ in accepted)
-        self.hub.on_accepted(self, BlockOutcome(BlockStatus.ACCEPTED, block_id, accepted=ids))
+        self.hub.on_relayed(index, ids)
 
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
         """A tx arrives: push it on unchecked."""
         known = self.known_txs
         holders = known.holders.get(txid)
         if holders is not None and self.index in holders:
-            return  # a copy that lost the race (half of all deliveries): the common case
+            return  # known from a block already (copies that lose the race are dropped)
         if known.learn(self.index, txid):
             self.hub.send_tx(self.index, txid, raw, src)
 

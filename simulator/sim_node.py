@@ -44,6 +44,9 @@ class Hub(Protocol):
 
     def on_accepted(self, node: "NodeRef", outcome: BlockOutcome) -> None: ...
 
+    def on_relayed(self, node: int, accepted: tuple[BlockId, ...]) -> None:
+        """A relay-only node accepted these blocks (in order; no level set, no reorg)."""
+
 
 class NodeRef(Protocol):
     """What the hub reads of a node that accepted blocks (a SimNode or a RelayNode)."""

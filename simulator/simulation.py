@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
-from dagchain.chain import BlockOutcome
+from dagchain.chain import BlockOutcome, BlockStatus
 from dagchain.params import genesis_blk_target
 from dagchain.types import BlockId, TxId
 from simulator import adversary
@@ -257,6 +257,17 @@ class Simulation:
                 miner.on_head_change()
         if self.attacker is not None:
             self.attacker.on_accepted(node.index, outcome)
+
+    def on_relayed(self, node: int, accepted: tuple[BlockId, ...]) -> None:
+        """``on_accepted`` for a relay-only node, without building a ``BlockOutcome``.
+
+        A relay-only node has no chain, so no level set and no reorg: only the propagation
+        delays are recorded (and a network attacker, which watches only full nodes, is told).
+        """
+        self.recorder.on_accepted(node, accepted, self.engine.now_ms)
+        if self.attacker is not None:
+            outcome = BlockOutcome(BlockStatus.ACCEPTED, accepted[0], accepted=accepted)
+            self.attacker.on_accepted(node, outcome)
 
     # ------------------------------------------------------------------ running
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:

@@ -85,7 +85,10 @@ class _Hub:
         raise AssertionError("no tx here")
 
     def on_accepted(self, node: NodeRef, outcome: BlockOutcome) -> None:
-        self.accepted.append(outcome.accepted)
+        raise AssertionError("a relay-only node reports through on_relayed")
+
+    def on_relayed(self, node: int, accepted: tuple[BlockId, ...]) -> None:
+        self.accepted.append(accepted)
 
 
 def test_a_relay_only_node_holds_a_block_until_its_links_are_accepted() -> None:
