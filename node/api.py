@@ -429,18 +429,10 @@ async def get_tx(request: web.Request) -> web.Response:
         return _tx(txid, "mempool", None, None, 0)
     if invalid is not None:
         return _tx(txid, "invalid", invalid[0], invalid[1], 0, invalid[2])
-    # 404 like any unknown resource, and the TxResponse fields with status "unknown"
-    # (INTERFACES.md lists it), so a client may read either; docs/node.md.
-    unknown = M.UnknownTxResponse(
-        error=M.ErrorBody(code="not-found", message="unknown transaction"),
-        txid=txid.hex(),
-        status="unknown",
-        block=None,
-        milestone_height=None,
-        confirmations=0,
-        reason=None,
-    )
-    return _json(unknown, status=404)
+    # INTERFACES.md lists "unknown" among the statuses of this answer: a txid the node does not
+    # know (never seen, or dropped from the pool) is a normal 200 answer, so a client polling a
+    # tx it sent reads one shape until the tx is confirmed; docs/node.md.
+    return _tx(txid, "unknown", None, None, 0)
 
 
 def _tx(
@@ -805,10 +797,9 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/v1/txs/{txid}",
         get_tx,
-        "A transaction's status (404 with status unknown for a txid the node does not know)",
+        "A transaction's status (status unknown for a txid the node does not know)",
         M.TxResponse,
-        statuses=(200, 400, 404),
-        error_models=((404, M.UnknownTxResponse),),
+        statuses=(200, 400),
     ),
     Route(
         "POST",

@@ -30,7 +30,6 @@ __all__ = [
     "Targets",
     "TemplateResponse",
     "TxResponse",
-    "UnknownTxResponse",
     "UtxoItem",
 ]
 
@@ -150,12 +149,6 @@ class TxResponse(_Model):
     milestone_height: int | None
     confirmations: int
     reason: str | None
-
-
-class UnknownTxResponse(TxResponse):
-    """The 404 answer for a txid the node does not know: the error, and status ``unknown``."""
-
-    error: ErrorBody
 
 
 class SubmitTxResponse(_Model):
