@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -163,9 +164,43 @@ async def _mine(args: argparse.Namespace) -> int:
         )
         miner = Miner(cfg, session, out=lambda line: print(line, flush=True))
         try:
-            return await miner.run()
+            return await _run_until_signal(miner)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise MinerError(f"lost the node at {args.node}: {_describe(exc)}") from exc
+
+
+async def _run_until_signal(miner: Miner) -> int:
+    """Run the miner; SIGINT or SIGTERM stops it cleanly with exit status 0.
+
+    The signal aborts the running nonce search (the hashing workers return within one chunk)
+    and cancels the main loop; its state file was last written, atomically, when its last block
+    was accepted, so a restart on the same datadir continues the same peer chain. The final
+    statistics line is printed as after ``--blocks N``.
+    """
+    loop = asyncio.get_running_loop()
+    run = asyncio.ensure_future(miner.run())
+    received: list[str] = []
+
+    def stop(name: str) -> None:
+        if not received:
+            miner.out(f"miner: {name} received, stopping")
+        received.append(name)
+        miner.abort.set()
+        run.cancel()
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop, sig.name)
+    try:
+        return await run
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        miner.out(miner.stats.line())
+        return 0
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

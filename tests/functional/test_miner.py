@@ -180,6 +180,35 @@ def test_restarted_miner_continues_its_own_peer_chain(network: TestNetwork, mine
     assert status["blocks"] >= len(chain)
 
 
+def test_sigterm_and_sigint_stop_the_miner_cleanly_with_exit_0(
+    network: TestNetwork, miner_of: Any
+) -> None:
+    """Like the node (INTERFACES.md), the miner stops on SIGTERM or SIGINT: exit 0, its final
+    statistics line printed, and its state file intact, so a restart continues its peer chain."""
+    node = network.start(1)[0]
+    miner = miner_of(node)
+    for number, sig in enumerate((signal.SIGTERM, signal.SIGINT), start=1):
+        miner.start("--rate", "20")
+
+        def enough(target: int = 3 * number) -> bool:
+            return int(miner.state().get("blocks", 0)) >= target
+
+        wait_until(enough, 30, f"{3 * number} accepted blocks")
+        assert miner.process is not None
+        miner.process.send_signal(sig)
+        assert miner.wait(10) == 0, miner.log_tail()
+        tail = miner.log_tail()
+        assert f"{sig.name} received, stopping" in tail
+        assert tail.rstrip().splitlines()[-1].startswith("status: hashrate_hs="), tail
+        assert "Traceback" not in tail
+        state = miner.state()
+        assert (
+            node.request("GET", f"/v1/blocks/{state['last_block']}")["hash"] == state["last_block"]
+        )
+    chain = _peer_chain(node, miner.state()["last_block"], miner.state()["root"])
+    assert len(chain) >= 6, "the second run extended the first run's peer chain"
+
+
 def test_miner_rides_out_a_node_restart_on_the_same_peer_chain(
     network: TestNetwork, miner_of: Any
 ) -> None:
