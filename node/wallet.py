@@ -269,7 +269,10 @@ def cmd_new(args: argparse.Namespace) -> int:
     if args.devnet_faucet:
         raise WalletError("'new' makes a wallet file; drop --devnet-faucet")
     params = NETWORKS[args.network]
-    address = write_new_wallet(Path(args.wallet), _password(args, confirm=True), args.network)
+    password = _password(args, confirm=True)
+    if not password:
+        raise WalletError("empty password refused: the key would be sealed under a guessable key")
+    address = write_new_wallet(Path(args.wallet), password, args.network)
     print(encode_address(params.hrp, address))
     return 0
 

@@ -121,6 +121,29 @@ def test_missing_password_without_a_terminal_is_a_clear_error(
     assert "no password" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("source", ["env", "file"])
+def test_new_refuses_an_empty_password_and_writes_nothing(
+    source: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An empty password would seal the key under a guessable key: refused, no file written."""
+    path = tmp_path / "w.json"
+    argv = ["--wallet", str(path)]
+    if source == "env":
+        monkeypatch.setenv(wallet.PASSWORD_ENV, "")
+    else:
+        monkeypatch.delenv(wallet.PASSWORD_ENV, raising=False)
+        (tmp_path / "pw").write_text("\n")
+        argv += ["--password-file", str(tmp_path / "pw")]
+    assert wallet.main([*argv, "new"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "empty password" in err
+    assert not path.exists()
+
+
 def test_faucet_address_is_the_documented_devnet_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert wallet.main(["--devnet-faucet", "address"]) == 0
     assert capsys.readouterr().out.strip() == encode_address(
