@@ -35,7 +35,7 @@ def _results(sim: Simulation) -> tuple[dict[str, Any], list[dict[str, Any]], int
     return metrics, result.blocks, result.events
 
 
-def test_dropping_losing_copies_changes_no_metric_and_halves_no_work() -> None:
+def test_dropping_losing_copies_changes_no_metric() -> None:
     kept = _sim(False)
     dropping = _sim(True)
     want, want_blocks, all_events = _results(kept)
