@@ -118,6 +118,8 @@ class DoubleSpendRace:
         self.give_up = (
             math.inf if q >= p else math.ceil(math.log(GIVE_UP_PROBABILITY) / math.log(q / p))
         )
+        self.final_attacker = 0
+        self.final_total = 0
 
     def trial(self, engine: Engine) -> bool:
         """Run one race to its end on ``engine``; True if the attacker's branch caught up."""
@@ -148,7 +150,19 @@ class DoubleSpendRace:
         engine.schedule(rng.expovariate((1 - q) * rate), honest)
         engine.schedule(rng.expovariate(q * rate), attacker)
         engine.run()  # each stream stops rescheduling once the race is decided
+        self.final_attacker += state["attacker"] if state["won"] else 0
+        self.final_total += state["attacker"] if state["won"] else state["honest"]
         return bool(state["won"])
+
+    @property
+    def attacker_revenue_share(self) -> float:
+        """The attacker's share of the final chain's milestones over the trials run so far.
+
+        A won race puts the attacker's ``a`` milestones on the final chain, a lost or abandoned
+        one the honest ``h``: the cost of the attack in block rewards (below ``q`` because every
+        abandoned private branch earns nothing).
+        """
+        return self.final_attacker / self.final_total if self.final_total else 0.0
 
 
 @final
@@ -238,6 +252,7 @@ def run_attack(scenario: Any, params: ConsensusParams, streams: RngStreams) -> d
             "double_spend_nakamoto_2008": round(
                 nakamoto_probability(attack.share, attack.confirmations), 6
             ),
+            "attacker_revenue_share": round(race.attacker_revenue_share, 6),
         }
     miner = SelfishMiner(attack.share, attack.gamma, rate, rng)
     share = miner.run(engine, attack.trials)

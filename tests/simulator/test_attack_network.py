@@ -123,6 +123,9 @@ def test_the_race_model_stays_the_default_and_unknown_models_fail() -> None:
         del m["wall_s"], m["events_per_s"]
     assert default == race
     assert default["attack_model"] == "milestone-race"
+    # INTERFACES.md: revenue_share is per miner and attacker, the race attacker included
+    assert default["revenue_share"]["attacker"] == default["attacker_revenue_share"]
+    assert 0 < default["attacker_revenue_share"] < 0.2
     with pytest.raises(ScenarioError, match=r"attack\.model.*'race' or 'network'"):
         load_scenario(None, [*base, 'attack.model="mesh"'])
     with pytest.raises(ScenarioError, match="needs a full node that does not mine"):

@@ -139,6 +139,19 @@ def test_double_spend_success_matches_the_exact_race_formula(q: float, z: int) -
     assert abs(wins / trials - exact) < 3 * se, (wins / trials, exact, nakamoto_probability(q, z))
 
 
+@pytest.mark.parametrize(("q", "z"), [(0.1, 2), (0.3, 2), (0.45, 1)])
+def test_double_spend_attacker_earns_less_than_its_hash_share(q: float, z: int) -> None:
+    """The race model's attacker_revenue_share: its milestones on the final chain over all
+    trials. Every abandoned private branch earns nothing, so it stays below q; a won race
+    pays its whole branch, so it is above zero."""
+    race = DoubleSpendRace(q, z, 1 / 10_000, random.Random(7))
+    engine = Engine()
+    wins = sum(race.trial(engine) for _ in range(2000))
+    assert wins > 0
+    assert 0 < race.attacker_revenue_share < q
+    assert race.final_total >= 2000 * z  # every trial ends with at least z honest or a >= z
+
+
 def test_double_spend_formula_matches_published_values() -> None:
     # Grunspan and Perez-Marco (2017), table 1; Nakamoto (2008) section 11 (PROTOCOL.md F7).
     assert double_spend_probability(0.1, 1) == pytest.approx(0.2)
