@@ -8,7 +8,9 @@ requests of one peer chain are serialised by an ``asyncio.Lock`` per root (§3.4
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -159,13 +161,23 @@ async def error_middleware(
 # ---------------------------------------------------------------------- parsing helpers
 
 
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _parse_hex32(text: str) -> bytes | None:
+    """Exactly 64 hex digits as 32 bytes, else None.
+
+    Not ``bytes.fromhex`` alone: it skips whitespace, so 64 characters with spaces in them would
+    give fewer than 32 bytes, which the store's prefix scans would match against longer keys.
+    """
+    return bytes.fromhex(text) if _HEX64.fullmatch(text) else None
+
+
 def _hex32(text: str, what: str = "hash") -> bytes:
-    if len(text) != 64:
+    value = _parse_hex32(text)
+    if value is None:
         raise ApiError(400, f"bad-{what}", f"{what} must be 64 hex characters")
-    try:
-        return bytes.fromhex(text)
-    except ValueError:
-        raise ApiError(400, f"bad-{what}", f"{what} must be 64 hex characters") from None
+    return value
 
 
 def _int_query(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -182,11 +194,13 @@ def _int_query(request: web.Request, name: str, default: int, lo: int, hi: int) 
 
 
 async def _raw_body(request: web.Request) -> bytes:
+    # The bytes are parsed as JSON (UTF-8, or the UTF-16/32 that json detects), whatever charset
+    # the Content-Type names: request.json() would decode by that charset, and an unknown one is
+    # a LookupError. Nesting deep enough to exhaust the parser's recursion is not JSON we take.
+    data = await request.read()
     try:
-        payload = await request.json()
-    except web.HTTPException:
-        raise
-    except ValueError:
+        payload = json.loads(data)
+    except (ValueError, RecursionError):
         raise ApiError(400, "bad-json", "the body is not JSON") from None
     try:
         body = M.RawRequest.model_validate(payload)
@@ -203,15 +217,17 @@ def _check_token(request: web.Request) -> None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "missing bearer token (see <datadir>/api.token)")
-    if not secrets.compare_digest(token.strip(), request.app[CTX].token):
+    # Bytes, not str: compare_digest refuses str with non-ASCII characters (a TypeError).
+    given = token.strip().encode("utf-8", "surrogateescape")
+    if not secrets.compare_digest(given, request.app[CTX].token.encode()):
         raise ApiError(401, "unauthorized", "bad bearer token")
 
 
 def _address(ctx: ApiContext, text: str) -> Address:
     """A bech32m display address of this network, or 64 hex characters."""
-    if len(text) == 64:
-        with contextlib.suppress(ValueError):
-            return Address(bytes.fromhex(text))
+    raw = _parse_hex32(text)
+    if raw is not None:
+        return Address(raw)
     try:
         return decode_address(ctx.service.params.hrp, text)
     except EncodingError as exc:
@@ -368,10 +384,7 @@ async def lookup(request: web.Request) -> web.Response:
     chain = ctx.service.chain
     query = request.match_info["query"].strip()
     kind = "unknown"
-    raw: bytes | None = None
-    if len(query) == 64:
-        with contextlib.suppress(ValueError):
-            raw = bytes.fromhex(query)
+    raw = _parse_hex32(query)
     if raw is not None:
         if chain.get_meta(raw) is not None:
             kind = "block"
@@ -644,6 +657,10 @@ async def _admin(request: web.Request, invalidate: bool) -> web.Response:
     _check_token(request)
     service = request.app[CTX].service
     ms = _hex32(request.match_info["milestone"], "milestone")
+    if ms == service.chain.genesis_id or service.chain.get_snapshot(ms) is None:
+        # Checked here for both tools: reconsider of an id it never marked was a silent no-op
+        # (200, changed false), so a typo looked like success.
+        raise ApiError(404, "not-a-milestone", "not an accepted milestone (or genesis)")
     try:
         reorg = service.invalidate(ms) if invalidate else service.reconsider(ms)
     except KeyError:
