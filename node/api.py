@@ -958,7 +958,14 @@ def openapi_document(version: str) -> dict[str, Any]:
 
 def create_app(ctx: ApiContext, body_limit: int) -> web.Application:
     """The API application: routes, JSON errors, body limit, static files."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=body_limit)
+    # auto_decompress off: a body is read as sent. aiohttp's parser would otherwise decode a
+    # Content-Encoding before the app runs, and answer a body that does not decode (or an
+    # encoding it lacks, br or zstd) with a plain-text 400, or fail the handler's read with a 500.
+    app = web.Application(
+        middlewares=[error_middleware],
+        client_max_size=body_limit,
+        handler_args={"auto_decompress": False},
+    )
     app[CTX] = ctx
     app[BODY_LIMIT] = body_limit
     for route in ROUTES:
