@@ -13,7 +13,7 @@ import base64
 import gzip
 import json
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,24 +174,43 @@ class Api:
         path: str,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
+        *,
+        chunked: bool = False,
     ) -> Answer:
-        """Send ``path`` exactly as given (already percent-encoded) and read the whole answer."""
-        return self.loop.run_until_complete(self._request(method, path, body, headers or {}))
+        """Send ``path`` exactly as given (already percent-encoded) and read the whole answer.
+
+        ``chunked``: the body goes in 4 KiB chunks without a Content-Length.
+        """
+        coro = self._request(method, path, body, headers or {}, chunked)
+        return self.loop.run_until_complete(coro)
 
     async def _request(
-        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        chunked: bool,
     ) -> Answer:
         url = URL(self.base + path, encoded=True)
         skip = () if "Content-Type" in headers else ("Content-Type",)
+        data: Any = body
+        if chunked and body is not None:
+            data = _chunks(body)
         async with (
             asyncio.timeout(10),
             self.client.session.request(
-                method, url, data=body, headers=headers, skip_auto_headers=skip
+                method, url, data=data, headers=headers, skip_auto_headers=skip
             ) as resp,
         ):
             if resp.status == 101:  # a WebSocket handshake that succeeded: nothing to read
                 return Answer(101, "", b"")
             return Answer(resp.status, resp.headers.get("Content-Type", ""), await resp.read())
+
+
+async def _chunks(body: bytes) -> AsyncIterator[bytes]:
+    for at in range(0, len(body), 4096):
+        yield body[at : at + 4096]
 
 
 @contextmanager
@@ -457,8 +476,11 @@ def test_fuzzed_get_paths_answer_json_errors_and_change_nothing(tmp_path: Path) 
         @example(template="/v1/addresses/{}", parts=[ALICE.hex()[:-2] + "%20%20", ""])  # was 500
         def run(template: str, parts: list[str]) -> None:
             path = template.format(*parts[: template.count("{}")])
-            for method in ("GET", "POST"):
+            for method in ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
                 check(api.request(method, path), f"{method} {path}")
+            head = api.request("HEAD", path)  # the GET answer's headers, no body
+            assert head.status < 500, path
+            assert head.status < 400 or head.content_type.startswith("application/json"), path
 
         run()
         assert node.state() == before
@@ -528,6 +550,7 @@ def test_fuzzed_posts_to_txs_and_submit_answer_json_errors_and_refusals_change_n
                 [None, None, "gzip", "deflate", "br", "zstd", "identity", "x"]
             ),
             compress=st.booleans(),
+            chunked=st.booleans(),
         )
         def run(
             path: str,
@@ -536,6 +559,7 @@ def test_fuzzed_posts_to_txs_and_submit_answer_json_errors_and_refusals_change_n
             auth: dict[str, str],
             encoding: str | None,
             compress: bool,
+            chunked: bool,
         ) -> None:
             headers = dict(auth)
             if content_type is not None:
@@ -545,7 +569,7 @@ def test_fuzzed_posts_to_txs_and_submit_answer_json_errors_and_refusals_change_n
                 if compress and encoding in ("gzip", "deflate"):
                     body = gzip.compress(body) if encoding == "gzip" else zlib.compress(body)
             before = node.state()
-            answer = api.request("POST", path, body, headers)
+            answer = api.request("POST", path, body, headers, chunked=chunked)
             error = check(answer, f"POST {path} {body[:80]!r}")
             if error is not None:
                 assert node.state() == before, (path, error)
