@@ -748,11 +748,32 @@ def test_a_content_encoding_is_not_decoded(tmp_path: Path) -> None:
 
 def test_requests_the_http_parser_refuses_get_400_without_traceback(tmp_path: Path) -> None:
     """aiohttp's HTTP parser answers some requests with a plain-text 400 before the app (and its
-    JSON error middleware) sees them: a request line over 8190 bytes, an unknown method;
-    docs/node.md, "Input fuzzing"."""
+    JSON error middleware) sees them: a request line or header over 8190 bytes, an unknown
+    method, broken chunk framing; docs/node.md, "Input fuzzing"."""
     with serving(tmp_path) as api:
         for method, path in (("GET", "/v1/milestones?start=" + "9" * 9000), ("FOO", "/v1/status")):
             answer = api.request(method, path, b"{}")
             assert answer.status == 400, (method, path)
             assert TRACEBACK not in answer.body.decode("utf-8", "replace")
+        for raw in (
+            b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n",
+            b"POST /v1/txs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ):
+            reply = api.loop.run_until_complete(_exchange(api.client.port, raw))
+            assert reply.split(b" ", 2)[1] == b"400", reply[:100]
+            assert TRACEBACK.encode() not in reply
         assert api.request("GET", "/v1/status").status == 200  # the server still answers
+
+
+async def _exchange(port: int | None, data: bytes) -> bytes:
+    """Send raw bytes to the server and read its answer (it closes the connection after it)."""
+    assert port is not None
+    async with asyncio.timeout(10):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(data)
+            await writer.drain()
+            return await reader.read(4096)
+        finally:
+            writer.close()
+            await writer.wait_closed()
