@@ -248,6 +248,8 @@ def main() -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the temporary datadirs")
     args = ap.parse_args()
+    # SIGTERM to the bench runs the cleanup below, like Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not 1 <= args.nodes <= 16 or not 1 <= args.miners <= 32:
         ap.error("--nodes must be 1..16 and --miners 1..32")
 
@@ -268,7 +270,9 @@ def main() -> int:
                 cmd += ["--peer", f"127.0.0.1:{nodes[-1][0]}"]
             log = (root / f"node{i}.log").open("wb")
             logs.append(log)
-            procs[f"node{i}"] = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=log)
+            procs[f"node{i}"] = subprocess.Popen(
+                cmd, cwd=REPO, stdout=log, stderr=log, start_new_session=True
+            )
             nodes.append((p2p, f"http://127.0.0.1:{api}"))
         for _, url in nodes:
             wait_api(url)
@@ -294,6 +298,7 @@ def main() -> int:
                 cwd=REPO,
                 stdout=log,
                 stderr=log,
+                start_new_session=True,
             )
         print(
             f"devnet: {args.nodes} nodes, {args.miners} miners at "
@@ -308,7 +313,13 @@ def main() -> int:
         ]
         print("$", " ".join(load_cmd), flush=True)
         blocks_before: dict[str, int] = {}
-        load = subprocess.Popen(load_cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        load = subprocess.Popen(
+            load_cmd,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         procs["load"] = load
         before: dict[str, float] = {}
         spies: list[subprocess.Popen[bytes]] = []
@@ -324,7 +335,7 @@ def main() -> int:
                 started = time.monotonic()
                 spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(PY).parent))
                 if args.profile and spy:
-                    for name in ("node0", "node1"):
+                    for name in ("node0", "node1")[: args.nodes]:
                         prof = root / f"{name}.profile.txt"
                         spies.append(
                             subprocess.Popen(
@@ -349,22 +360,28 @@ def main() -> int:
             report_chain(
                 load_url, start_height, root / "load.json", miners, blocks_before, args.blocks_json
             )
-        except OSError as exc:
-            print(f"best-chain walk failed: {exc}")
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"best-chain walk failed: {exc!r}")
         print(summary.decode())
         for recorder in spies:
             recorder.wait(30)
         print(f"datadirs and logs: {root}")
         return load.returncode
     finally:
+        # Each child leads its own process group (a node's signature workers included):
+        # SIGTERM every group, wait up to 10 s each, then SIGKILL the group of a leader still alive.
         for p in procs.values():
             if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
         for p in procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(10)
             if p.poll() is None:
-                p.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(5)
         for f in logs:
             f.close()
         if not args.keep and not args.profile:
