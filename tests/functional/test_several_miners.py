@@ -8,7 +8,6 @@ lost, never counted twice), and no coin is created or lost.
 
 import json
 import logging
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -56,7 +55,8 @@ def test_two_miners_on_two_nodes_include_each_tx_valid_once_repeats_invalid_doub
 
         log.info("Stop node1's miner, then node0's: its later milestones end any F2 tie")
         miners[1].stop()
-        time.sleep(1.5)
+        height = nodes[1].best()[1]
+        wait_until(lambda: nodes[1].best()[1] >= height + 2, 30, "two more milestones of node0")
         miners[0].stop()
         wait_until(lambda: nodes[0].best() == nodes[1].best(), 30, "one best milestone")
     finally:
