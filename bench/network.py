@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 
-from dagchain.blocks import Block, BlockHeader, compute_merkle_root, make_block
+from dagchain.blocks import Block, BlockHeader, compute_merkle_root, compute_tips_root, make_block
 from dagchain.genesis import FAUCET_SECRET, genesis_block
 from dagchain.params import DEVNET
 from dagchain.pow import encode_compact
@@ -81,18 +81,19 @@ class DagBuilder:
             self.best_ts,
             head.header.timestamp_ms if head is not None else 0,
         )
+        tips = [BlockId(tip)]
         header = BlockHeader(
             1,
             self.best,
             BlockId(previous),
-            BlockId(tip),
+            compute_tips_root(tips),
             compute_merkle_root(body),
             ts,
             encode_compact(snap.blk_target),
             int.from_bytes(os.urandom(6), "little"),
         )
         header = grind(header, snap.blk_target, None, snap.ms_target)
-        block = make_block(header, body)
+        block = make_block(header, tips, body)
         if int.from_bytes(block.id, "little") <= snap.ms_target:
             parent_is_genesis = self.best == self.genesis.id
             self.snapshots[block.id] = compute_snapshot(snap, parent_is_genesis, ts, DEVNET)

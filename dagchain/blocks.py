@@ -1,4 +1,9 @@
-"""Block headers and blocks: the 150-byte header and the canonical block codec (§2.1, §2.2, H1)."""
+"""Block headers and blocks: the 150-byte header, the tip list and the canonical block codec.
+
+PROTOCOL.md v2 §2.1, §2.2, H1: a block is
+``[header: bin(150), tips: [bin(32), ...], txs: [tx, ...]]`` and header offset 66 holds
+``tips_root`` = H(``b"dagchain-tips"`` ‖ u8 k ‖ t_1 ‖ … ‖ t_k).
+"""
 
 import hashlib
 import struct
@@ -16,6 +21,8 @@ from dagchain.types import BlockId
 
 HEADER_SIZE = 150
 _HEADER = struct.Struct("<H32s32s32s32sQIQ")
+TIPS_TAG = b"dagchain-tips"
+"""Domain tag of ``tips_root`` (§2.1)."""
 NONCE_OFFSET = 142
 """The nonce is last, so a miner absorbs bytes 0..141 once (§2.1)."""
 
@@ -27,7 +34,8 @@ class BlockHeader:
     version: int
     milestone_link: BlockId
     previous_link: BlockId
-    tip_link: BlockId
+    tips_root: bytes
+    """Commits to the block's tip links (§2.1; genesis: the null id)."""
     merkle_root: bytes
     timestamp_ms: int
     target: int
@@ -39,17 +47,12 @@ class BlockHeader:
             self.version,
             self.milestone_link,
             self.previous_link,
-            self.tip_link,
+            self.tips_root,
             self.merkle_root,
             self.timestamp_ms,
             self.target,
             self.nonce,
         )
-
-    @property
-    def links(self) -> tuple[BlockId, BlockId, BlockId]:
-        """(milestone, previous, tip): the L2 descent order."""
-        return (self.milestone_link, self.previous_link, self.tip_link)
 
 
 def decode_header(data: bytes) -> BlockHeader:
@@ -60,8 +63,20 @@ def decode_header(data: bytes) -> BlockHeader:
     """
     if len(data) != HEADER_SIZE:
         raise EncodingError(f"a header is {HEADER_SIZE} bytes, got {len(data)}")
-    v, ms, prev, tip, root, ts, target, nonce = _HEADER.unpack(data)
-    return BlockHeader(v, BlockId(ms), BlockId(prev), BlockId(tip), root, ts, target, nonce)
+    v, ms, prev, tips_root, root, ts, target, nonce = _HEADER.unpack(data)
+    return BlockHeader(v, BlockId(ms), BlockId(prev), tips_root, root, ts, target, nonce)
+
+
+def compute_tips_root(tips: Sequence[bytes]) -> bytes:
+    """§2.1: H(``b"dagchain-tips"`` ‖ u8 k ‖ t_1 ‖ … ‖ t_k) for k >= 1 tips; the null id for none.
+
+    Only genesis has no tips; H5 bounds k of every other block to 1..``max_tip_links`` (<= 255).
+    """
+    if not tips:
+        return bytes(32)
+    return hashlib.blake2b(
+        TIPS_TAG + bytes((len(tips) & 0xFF,)) + b"".join(tips), digest_size=32
+    ).digest()
 
 
 def compute_block_id(header_bytes: bytes) -> BlockId:
@@ -74,21 +89,32 @@ class Block:
     """A decoded block with its canonical bytes and id (build with ``make_block``)."""
 
     header: BlockHeader
+    tip_links: tuple[BlockId, ...]
+    """The tip links as carried in the body (§2.2); H7 ties them to ``header.tips_root``."""
     txs: tuple[Transaction, ...]
     raw: bytes = field(repr=False, compare=False)
     id: BlockId = field(compare=False)
 
     @property
     def header_bytes(self) -> bytes:
-        """The 150 header bytes: ``raw`` after 0x92 (array of 2) and c4 96 (bin8 of 150)."""
+        """The 150 header bytes: ``raw`` after 0x93 (array of 3) and c4 96 (bin8 of 150)."""
         return self.raw[3 : 3 + HEADER_SIZE]
 
+    @property
+    def links(self) -> tuple[BlockId, ...]:
+        """(milestone, previous, tip_1, …, tip_k): the L2 descent order (§5)."""
+        h = self.header
+        return (h.milestone_link, h.previous_link, *self.tip_links)
 
-def make_block(header: BlockHeader, txs: Sequence[Transaction]) -> Block:
-    """Assemble a block from a header and txs (the header's merkle root is taken as given)."""
+
+def make_block(
+    header: BlockHeader, tip_links: Sequence[bytes], txs: Sequence[Transaction]
+) -> Block:
+    """Assemble a block from a header, its tip links and txs (both roots are taken as given)."""
     hb = header.encode()
-    raw = pack([hb, [t.to_obj() for t in txs]])
-    return Block(header, tuple(txs), raw, compute_block_id(hb))
+    tips = tuple(BlockId(bytes(t)) for t in tip_links)
+    raw = pack([hb, list(tips), [t.to_obj() for t in txs]])
+    return Block(header, tips, tuple(txs), raw, compute_block_id(hb))
 
 
 def compute_merkle_root(txs: Sequence[Transaction]) -> bytes:
@@ -97,19 +123,23 @@ def compute_merkle_root(txs: Sequence[Transaction]) -> bytes:
 
 
 def decode_block(data: bytes, params: ConsensusParams) -> Block:
-    """H1: canonical ``[bin(150), [tx...]]`` of at most ``max_block_bytes`` (E3-E6).
+    """H1: canonical ``[bin(150), [bin(32)...], [tx...]]`` of at most ``max_block_bytes`` (E3-E6).
+
+    The number of tips is not bounded here: H5 reads the tip list only after H7 tied it to
+    ``tips_root`` (§3.3 step 3), so a mutated list is MALFORMED, not REJECTed.
 
     Raises:
         EncodingError: any decoding failure (the caller's verdict is MALFORMED).
     """
     obj = unpack_canonical(data, params.max_block_bytes, tuples=True)
-    header_bin, tx_objs = expect_list(obj, "block", 2)
+    header_bin, tip_objs, tx_objs = expect_list(obj, "block", 3)
     header = decode_header(expect_bin(header_bin, "header", HEADER_SIZE))
+    tips = tuple(BlockId(expect_bin(t, "tip link", 32)) for t in expect_list(tip_objs, "tips"))
     tx_list = expect_list(tx_objs, "block txs")
     data = bytes(data)
     raws = _tx_slices(data, len(tx_list))
     txs = tuple([tx_from_obj(t, r) for t, r in zip(tx_list, raws, strict=True)])
-    return Block(header, txs, data, compute_block_id(header_bin))
+    return Block(header, tips, txs, data, compute_block_id(header_bin))
 
 
 def _tx_slices(data: bytes, count: int) -> list[bytes]:
@@ -117,7 +147,8 @@ def _tx_slices(data: bytes, count: int) -> list[bytes]:
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data))
     unpacker.feed(data)
     unpacker.read_array_header()
-    unpacker.skip()
+    unpacker.skip()  # header
+    unpacker.skip()  # tips
     unpacker.read_array_header()
     start = unpacker.tell()
     out = []
@@ -132,10 +163,12 @@ def _tx_slices(data: bytes, count: int) -> list[bytes]:
 __all__ = [
     "HEADER_SIZE",
     "NONCE_OFFSET",
+    "TIPS_TAG",
     "Block",
     "BlockHeader",
     "compute_block_id",
     "compute_merkle_root",
+    "compute_tips_root",
     "decode_block",
     "decode_header",
     "make_block",

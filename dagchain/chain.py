@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dagchain import rules
 from dagchain.blocks import Block, compute_merkle_root, decode_block
 from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.crypto import address_from_pubkey
@@ -37,7 +38,7 @@ from dagchain.ledger import (
 from dagchain.levelset import compute_level_set
 from dagchain.orphans import OrphanPool
 from dagchain.params import ConsensusParams
-from dagchain.pow import compute_work, decode_compact, encode_compact, is_valid_compact_target
+from dagchain.pow import compute_work, decode_compact
 from dagchain.retarget import Snapshot, compute_snapshot, genesis_snapshot
 from dagchain.sortition import SortitionWindow, compute_window_span
 from dagchain.state import BlockMeta, ChainState
@@ -50,7 +51,7 @@ from dagchain.transactions import (
     validate_tx_stateless,
     verify_tx_signatures,
 )
-from dagchain.types import NULL_ID, Address, BlockId, TxId
+from dagchain.types import Address, BlockId, TxId
 
 INVALID_CACHE_SIZE = 10_000
 
@@ -390,16 +391,12 @@ class Chain:
         st = self.state
         bid = block.id
         h = block.header
-        # (3) H2, H3, H5
-        if h.version != p.block_version:
-            raise RejectedBlock("H2", f"block version {h.version} is not {p.block_version}", bid)
-        if not is_valid_compact_target(h.target, p.max_target):
-            raise RejectedBlock("H3", f"target {h.target:#010x} is not a valid compact target", bid)
-        if NULL_ID in h.links:
-            raise RejectedBlock("H5", "a link is the null id", bid)
         gid = self.genesis.id
-        if h.tip_link == h.previous_link and h.previous_link != gid:
-            raise RejectedBlock("H5", "tip link equals previous link", bid)
+        # (3) H2, H3, H5 (header part); H7 for tips_root; H5 (tip list): nothing reads a tip
+        # link before tips_root passed, so a mutated body never reaches the invalid cache.
+        rules.check_header_fields(h, bid, p)
+        rules.check_tips_root(h, block.tip_links, bid)
+        rules.check_tip_list(h, block.tip_links, bid, gid, p)
         # (4) milestone link known?
         ms = h.milestone_link
         if ms in self._invalid:
@@ -410,26 +407,21 @@ class Chain:
         snap = st.snapshots.get(ms)
         if snap is None:
             raise RejectedBlock("D3", "milestone link is not a milestone block", bid)
-        if h.target != encode_compact(snap.blk_target):
-            raise RejectedBlock("D4", "target is not the milestone link's block target", bid)
-        pow_value = int.from_bytes(bid, "little")
-        if pow_value > snap.blk_target:
-            raise RejectedBlock("H4", "proof of work does not meet the target", bid)
+        rules.check_block_target(h, snap.blk_target, bid)
+        pow_value = rules.check_pow(bid, snap.blk_target)
         # (6) H11
-        if h.timestamp_ms > now_ms + p.max_future_drift_ms:
-            raise NotYetValid("H11", "timestamp is too far in the future")
+        rules.check_not_future(h, now_ms, p)
         # (7) D6 against the milestone link; D5a, D5b, D6 for accepted links
-        if h.timestamp_ms < st.blocks[ms].header.timestamp_ms:
-            raise RejectedBlock("D6", "timestamp before the milestone link's", bid)
+        rules.check_timestamp_order(h, st.blocks[ms].header.timestamp_ms, "milestone", bid)
         self._check_link_rules(block, snap.height)
-        # (8) H7
+        # (8) H7 for merkle_root
         if h.merkle_root != compute_merkle_root(block.txs):
             raise MalformedBlock("H7", "merkle root does not match the transactions", bid)
         # (9) H6, H8, H10
         self._check_body(block)
-        # (10) D2 for previous and tip links
+        # (10) D2 for the previous and tip links
         missing = []
-        for link in (h.previous_link, h.tip_link):
+        for link in (h.previous_link, *block.tip_links):
             if link in self._invalid:
                 raise RejectedBlock("D2", "links an invalid block", bid)
             if link not in st.meta and link not in missing:
@@ -450,29 +442,23 @@ class Chain:
         """D5a, D5b and D6 for the previous and tip links that are already accepted (F4)."""
         st = self.state
         h = block.header
-        gid = self.genesis.id
-        punct = self.params.punctuality
+        bid = block.id
+        p = self.params
         prev = h.previous_link
-        if prev != gid and prev in st.meta:
-            pm = st.meta[prev]
-            if ms_height < pm.ms_link_height:
-                raise RejectedBlock(
-                    "D5a", "milestone link lower than the previous block's", block.id
-                )
-            if ms_height - self._msh(prev) >= punct:
-                raise RejectedBlock("D5b", "previous link is not punctual", block.id)
-            if h.timestamp_ms < st.blocks[prev].header.timestamp_ms:
-                raise RejectedBlock("D6", "timestamp before the previous block's", block.id)
-        tip = h.tip_link
-        if tip in st.meta and ms_height - self._msh(tip) >= punct:
-            raise RejectedBlock("D5b", "tip link is not punctual", block.id)
+        if prev != self.genesis.id and prev in st.meta:
+            rules.check_milestone_link_order(ms_height, st.meta[prev].ms_link_height, bid)
+            if not rules.is_punctual(ms_height, self.msh(prev), p):
+                raise RejectedBlock("D5b", "previous link is not punctual", bid)
+            rules.check_timestamp_order(h, st.blocks[prev].header.timestamp_ms, "previous", bid)
+        for tip in block.tip_links:
+            if tip in st.meta and not rules.is_punctual(ms_height, self.msh(tip), p):
+                raise RejectedBlock("D5b", "a tip link is not punctual", bid)
 
-    def _msh(self, block_id: BlockId) -> int:
-        """msh(L): height(L) for a milestone block (genesis 0), else its milestone link's height."""
-        meta = self.state.meta[block_id]
-        if meta.is_milestone:
-            return self.state.snapshots[block_id].height
-        return meta.ms_link_height
+    def msh(self, block_id: bytes) -> int:
+        """Return msh(L) of an accepted block (``rules.milestone_height_of_link``)."""
+        meta = self.state.meta[BlockId(block_id)]
+        own = self.state.snapshots[BlockId(block_id)].height if meta.is_milestone else 0
+        return rules.milestone_height_of_link(meta.is_milestone, own, meta.ms_link_height)
 
     def _check_body(self, block: Block) -> None:
         """H6, H8 (distinct txids, T1-T5) and H10 (placement of REGISTRATION and REDEMPTION)."""
@@ -569,6 +555,7 @@ class Chain:
         span = compute_window_span(
             blocks[milestone_link].header.timestamp_ms,
             blocks[last.milestone_link].header.timestamp_ms,
+            self.params,
         )
         return SortitionWindow(peer_height, work, span)
 
@@ -666,7 +653,7 @@ class Chain:
         # in_earlier(b) = "b has an LS height in this ledger": every accepted block either has
         # one or is pending, and the pending set is always whole in memory, so no store read
         # for the new blocks (which have no x row yet; issue 3).
-        order = compute_level_set(ms, lambda b: blocks[b].header.links, lambda b: b not in pending)
+        order = compute_level_set(ms, lambda b: blocks[b].links, lambda b: b not in pending)
         height = st.snapshots[ms].height
         delta = evaluate_level_set(
             ms, height, order, blocks.__getitem__, self._context, st, self.params, self.genesis.id
@@ -674,6 +661,16 @@ class Chain:
         if shared is not None:
             shared.add(delta)
         return delta
+
+    def sortition_window(self, block_id: bytes) -> SortitionWindow:
+        """The S2 values of an accepted block, fixed at acceptance (§12 ``m`` row)."""
+        meta = self.state.meta[BlockId(block_id)]
+        return SortitionWindow(meta.peer_height, meta.work, meta.span_ms)
+
+    def hash_rate_of(self, block_id: bytes) -> int:
+        """Hr (S3) of an accepted block: its milestone link's snapshot ``hash_rate``."""
+        link = self.state.blocks[BlockId(block_id)].header.milestone_link
+        return self.state.snapshots[link].hash_rate
 
     def _context(self, block_id: BlockId) -> BlockContext:
         st = self.state

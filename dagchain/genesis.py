@@ -12,18 +12,18 @@ FAUCET_ADDRESS: Address = address_from_pubkey(FAUCET_PUBKEY)
 
 
 def genesis_block(params: ConsensusParams) -> Block:
-    """Genesis: null links and merkle root, no txs, the network timestamp and ms target, nonce 0."""
+    """Genesis (§10): null links, ``tips_root`` and merkle root, no tips, no txs, nonce 0."""
     header = BlockHeader(
         version=params.block_version,
         milestone_link=NULL_ID,
         previous_link=NULL_ID,
-        tip_link=NULL_ID,
+        tips_root=NULL_ID,
         merkle_root=bytes(32),
         timestamp_ms=params.genesis_timestamp_ms,
         target=params.genesis_ms_target_bits,
         nonce=0,
     )
-    return make_block(header, ())
+    return make_block(header, (), ())
 
 
 __all__ = ["FAUCET_ADDRESS", "FAUCET_PUBKEY", "FAUCET_SECRET", "genesis_block"]

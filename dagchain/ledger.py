@@ -17,7 +17,7 @@ from dagchain.crypto import address_from_pubkey as _address_of
 from dagchain.errors import Reason
 from dagchain.params import ConsensusParams
 from dagchain.rewards import compute_block_reward, compute_milestone_bonus, is_reward_fresh
-from dagchain.sortition import SORTITION_TAG, SortitionWindow, assignment_bound
+from dagchain.sortition import SORTITION_TAG, SortitionWindow, assignment_bound, in_warmup
 from dagchain.transactions import Transaction, TxKind
 from dagchain.types import Address, BlockId, TxId
 
@@ -79,6 +79,9 @@ class LedgerView(Protocol):
     def is_redeemed(self, txid: TxId) -> bool:
         """True if ``txid`` is a VALID redemption in this chain (R4 b)."""
 
+    def get_first_child(self, previous_link: BlockId) -> BlockId | None:
+        """S7: the first block in this chain's total order with this previous link."""
+
 
 @dataclass(frozen=True, slots=True)
 class LevelSetDelta:
@@ -98,6 +101,8 @@ class LevelSetDelta:
     roots_before: tuple[tuple[BlockId, RootRecord | None], ...]
     roots_after: tuple[tuple[BlockId, RootRecord], ...]
     redemptions: tuple[tuple[TxId, BlockId], ...]
+    first_children: tuple[tuple[BlockId, BlockId], ...] = ()
+    """S7 (§12 ``c``): (previous link, its first child in total order) this level set records."""
 
 
 class _Overlay:
@@ -114,6 +119,14 @@ class _Overlay:
         self.roots: dict[BlockId, RootRecord] = {}
         self.roots_before: dict[BlockId, RootRecord | None] = {}
         self.redeemed: dict[TxId, BlockId] = {}
+        self.first_children: dict[BlockId, BlockId] = {}
+
+    def claim_first_child(self, previous_link: BlockId, child: BlockId) -> bool:
+        """S7: record ``child`` as the first child of ``previous_link``; False if one was first."""
+        if previous_link in self.first_children or self.view.get_first_child(previous_link):
+            return False
+        self.first_children[previous_link] = child
+        return True
 
     def was_spent(self, op: Outpoint) -> bool:
         return op in self.spent or self.view.get_spender(op) is not None
@@ -193,11 +206,13 @@ def _apply_block(
         start = 1
     fees = 0
     rest = txs[start:]
-    if ctx.peer_height <= params.sortition_warmup:  # V4 / S1
+    # S7 (v2): only the first child of a previous link in total order may carry VALID txs.
+    first_child = overlay.claim_first_child(block.header.previous_link, block.id)
+    if in_warmup(ctx.peer_height, params):  # V4 / S1 (share weighting only)
         reasons.extend(bytes([Reason.WARMUP]) * len(rest))
         rest = ()
-    elif height - ctx.milestone_link_height > params.sortition_freshness:  # V5 / S6
-        reasons.extend(bytes([Reason.SORTITION]) * len(rest))
+    elif height - ctx.milestone_link_height > params.sortition_freshness or not first_child:
+        reasons.extend(bytes([Reason.SORTITION]) * len(rest))  # V5 / S6, S7
         rest = ()
     factor, bound = assignment_bound(ctx.window, ctx.hash_rate, params)
     # S4: the hash state over tag and previous link is computed once and copied per tx.
@@ -318,6 +333,7 @@ def _make_delta(
         roots_before=tuple(ov.roots_before.items()),
         roots_after=tuple((r, ov.roots[r]) for r in ov.roots_before),
         redemptions=tuple(ov.redeemed.items()),
+        first_children=tuple(ov.first_children.items()),
     )
 
 

@@ -9,14 +9,15 @@ __all__ = ["compute_level_set"]
 
 def compute_level_set(
     pivot: BlockId,
-    links_of: Callable[[BlockId], tuple[BlockId, BlockId, BlockId]],
+    links_of: Callable[[BlockId], tuple[BlockId, ...]],
     in_earlier: Callable[[BlockId], bool],
 ) -> list[BlockId]:
     """The level set of milestone ``pivot`` in L2 order (L1, L2).
 
     An iterative post-order depth-first search from ``pivot``: at each block it descends into the
     first parent that is neither already emitted nor ``in_earlier``, trying the links in the order
-    milestone → previous → tip, and emits the block when no such parent is left. The result
+    milestone → previous → tip links in ascending order (v2: 1..``max_tip_links`` of them),
+    and emits the block when no such parent is left. The result
     therefore ends with ``pivot`` and lists every block after its in-set parents. Concatenating
     the level sets of a milestone chain by increasing height gives the total order of L3.
 
@@ -27,7 +28,8 @@ def compute_level_set(
 
     Args:
         pivot: The milestone M whose level set is wanted. It is never tested with ``in_earlier``.
-        links_of: Returns ``(milestone_link, previous_link, tip_link)`` of an accepted block.
+        links_of: Returns ``(milestone_link, previous_link, *tip_links)`` of an accepted block
+            (``Block.links``; the tips ascending, as §2.2 stores them).
         in_earlier: True iff the block lies in a level set of an earlier milestone of chain(M)
             (per chain membership, §5 fork vector; never a global "already ordered" flag).
 
@@ -45,7 +47,7 @@ def compute_level_set(
     done: set[BlockId] = set()
     mark_done = done.add
     blocks: list[BlockId] = [pivot]
-    links: list[tuple[BlockId, BlockId, BlockId]] = [links_of(pivot)]
+    links: list[tuple[BlockId, ...]] = [links_of(pivot)]
     cursors: list[int] = [0]
     push_block = blocks.append
     push_links = links.append
@@ -53,7 +55,8 @@ def compute_level_set(
     while blocks:
         parents = links[-1]
         i = cursors[-1]
-        while i < 3:
+        n = len(parents)
+        while i < n:
             parent = parents[i]
             i += 1
             if parent not in done and not in_earlier(parent):

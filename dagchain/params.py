@@ -25,7 +25,8 @@ class ConsensusParams:
     retarget: bool
     retarget_window: int
     sortition_warmup: int
-    """K (S1): blocks of a peer chain up to height K carry no valid transactions."""
+    """K (S1, S2): under ``share`` weighting, blocks of a peer chain up to height K carry no valid
+    transactions (v2: no warm-up under ``uniform``); the S2 window length."""
     sortition_c_num: int
     sortition_c_den: int
     sortition_weighting: str
@@ -47,6 +48,8 @@ class ConsensusParams:
     protocol_version: int = 1
     max_target: int = MAX_TARGET
     block_capacity: int = 128
+    max_tip_links: int = 8
+    """H5 and §3.4 (v2): a block carries 1..``max_tip_links`` tip links."""
     max_block_bytes: int = 262_144
     max_tx_bytes: int = 16_384
     max_tx_inputs: int = 64
@@ -87,8 +90,8 @@ MAINNET = ConsensusParams(
     retarget_window=360,
     sortition_warmup=100,
     sortition_c_num=1,
-    sortition_c_den=100,
-    sortition_weighting="share",
+    sortition_c_den=120,
+    sortition_weighting="uniform",
     sortition_freshness=3,
     reward_freshness=10,
     punctuality=100,

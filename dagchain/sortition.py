@@ -1,13 +1,14 @@
-"""Transaction assignment to peer chains: sortition (PROTOCOL.md §8.1, S1-S5).
+"""Transaction assignment to peer chains: sortition (PROTOCOL.md v2 §8.1, S1-S5).
 
-S6 (freshness) depends on the ordering chain and lives with level-set validation; the exemption of
-a REGISTRATION or REDEMPTION at index 0 is also the caller's business. Everything here depends only
-on a block and its ancestors, so a node may cache the verdicts at acceptance.
+S6 (freshness) and S7 (first child) depend on the ordering chain and live with level-set
+validation; the exemption of a REGISTRATION or REDEMPTION at index 0 is also the caller's
+business. Everything here depends only on a block and its ancestors, so a node may cache the
+verdicts at acceptance.
 
 Interpretation: S3 (Hr == 0 passes every tx) belongs to the ``share`` weighting; with ``uniform``
 §8.1 says S2 and S3 are unused, so a zero hash rate does not open the gate there. S1 (warm-up)
-applies under both weightings and also when ``params.sortition_enabled`` is False (that switch
-only makes S5 pass).
+applies under ``share`` weighting only (v2), also when ``params.sortition_enabled`` is False
+(that switch only makes S5 pass).
 """
 
 import hashlib
@@ -22,7 +23,9 @@ __all__ = [
     "assignment_bound",
     "compute_sortition_distance",
     "compute_window_span",
+    "in_warmup",
     "is_tx_assigned",
+    "span_floor_ms",
 ]
 
 SORTITION_TAG = b"dagchain-sortition"
@@ -44,7 +47,7 @@ class SortitionWindow:
     work: int
     """W = Σ work(b_j.target) over the K previous blocks b_1..b_K; 0 while m <= K."""
     span_ms: int
-    """S = max(1, ts(M) - ts(milestone_link(b_K))); 0 while m <= K."""
+    """S = max(S_floor, ts(M) - ts(milestone_link(b_K))); 0 while m <= K."""
 
 
 def compute_sortition_distance(previous_link: bytes, txid: bytes) -> int:
@@ -53,9 +56,32 @@ def compute_sortition_distance(previous_link: bytes, txid: bytes) -> int:
     return int.from_bytes(digest, "little")
 
 
-def compute_window_span(ms_link_timestamp_ms: int, kth_ms_link_timestamp_ms: int) -> int:
-    """S2: S = max(1, ts(M) - ts(milestone_link(b_K))), in ms, from milestone timestamps only."""
-    return max(1, ms_link_timestamp_ms - kth_ms_link_timestamp_ms)
+def span_floor_ms(params: ConsensusParams) -> int:
+    """S2's floor (v2): S_floor = max(1, K · ``milestone_interval_ms`` // ``blocks_per_ms``).
+
+    The time the whole network needs for K blocks, so ŝ cannot exceed about 1 when a chain
+    mines its K blocks inside one milestone gap. Where b is not fixed (devnet: no retargeting,
+    blk_target capped at max_target, PROTOCOL.md §10 "—") the floor is 1.
+    """
+    if not params.retarget:
+        return 1
+    return max(1, params.sortition_warmup * params.milestone_interval_ms // params.blocks_per_ms)
+
+
+def compute_window_span(
+    ms_link_timestamp_ms: int, kth_ms_link_timestamp_ms: int, params: ConsensusParams
+) -> int:
+    """S2: S = max(S_floor, ts(M) - ts(milestone_link(b_K))), in ms, from milestone timestamps."""
+    return max(span_floor_ms(params), ms_link_timestamp_ms - kth_ms_link_timestamp_ms)
+
+
+def in_warmup(peer_height: int, params: ConsensusParams) -> bool:
+    """S1 (v2): under ``share`` weighting, a block with m ≤ K carries no VALID tx but tx[0].
+
+    ``uniform`` weighting uses neither S2 nor S3, so it has no warm-up: a new peer chain carries
+    txs from its second block on (its registration block's other txs are INVALID by R3).
+    """
+    return params.sortition_weighting == "share" and peer_height <= params.sortition_warmup
 
 
 def assignment_bound(
@@ -63,7 +89,7 @@ def assignment_bound(
 ) -> tuple[int, int]:
     """The per-block part of S1-S5 as ``(factor, bound)``: a tx passes iff ``d · factor < bound``.
 
-    - S1: ``peer_height <= K`` fails every tx.
+    - S1 (``share`` only): ``peer_height <= K`` fails every tx.
     - ``params.sortition_enabled`` False passes every tx (simulator switch).
     - ``uniform``: ``d · c_den < c_num · 2^256``.
     - ``share``: S3 (Hr == 0) passes every tx, else S5
@@ -82,7 +108,7 @@ def assignment_bound(
     Raises:
         ValueError: ``params.sortition_weighting`` is neither ``share`` nor ``uniform``.
     """
-    if window.peer_height <= params.sortition_warmup:
+    if in_warmup(window.peer_height, params):
         return _NEVER
     if not params.sortition_enabled:
         return _ALWAYS

@@ -106,7 +106,7 @@ def head_row(head: HeadRecord) -> bytes:
 
 
 def delta_row(d: LevelSetDelta, pack: Callable[[Any], bytes] = S.encode_row) -> bytes:
-    """Encode a ``d`` row (§12): created, spent, roots before, roots after, redemptions.
+    """Encode a ``d`` row (§12): created, spent, roots before and after, redemptions, S7 children.
 
     ``pack`` is the canonical encoder (a caller may pass its own reused ``Packer.pack``).
     """
@@ -120,6 +120,7 @@ def delta_row(d: LevelSetDelta, pack: Callable[[Any], bytes] = S.encode_row) -> 
             [[r] if rec is None else [r, *_root_fields(rec)] for r, rec in d.roots_before],
             [[r, *_root_fields(rec)] for r, rec in d.roots_after],
             [[t, r] for t, r in d.redemptions],
+            [[p, c] for p, c in d.first_children],
         ]
     )
 
@@ -132,7 +133,7 @@ def level_set_row(d: LevelSetDelta) -> bytes:
 def parse_delta(ms: BlockId, l_row: list[Any], d_row: list[Any]) -> LevelSetDelta:
     """Rebuild a delta from its ``l`` and ``d`` rows."""
     height, order, reasons = l_row
-    created, spent, before, after, redemptions = d_row
+    created, spent, before, after, redemptions, first_children = d_row
     return LevelSetDelta(
         milestone=ms,
         height=height,
@@ -147,6 +148,7 @@ def parse_delta(ms: BlockId, l_row: list[Any], d_row: list[Any]) -> LevelSetDelt
         ),
         roots_after=tuple((BlockId(r), RootRecord(b, TxId(t), Address(a))) for r, b, t, a in after),
         redemptions=tuple((TxId(t), BlockId(r)) for t, r in redemptions),
+        first_children=tuple((BlockId(p), BlockId(c)) for p, c in first_children),
     )
 
 
@@ -261,6 +263,12 @@ class ChainState:
         """LedgerView: ``txid`` is a VALID redemption in the best chain (a ``q`` row)."""
         return self.store.get(S.P_REDEEMED + txid) is not None
 
+    def get_first_child(self, previous_link: BlockId) -> BlockId | None:
+        """LedgerView: S7's first child of ``previous_link`` in the best chain (a ``c`` row)."""
+        key = S.P_FIRST_CHILD + previous_link
+        raw = self.store.get(key)
+        return None if raw is None else BlockId(S.decode_row(raw, key)[0])
+
     def blocks_with_tx(self, txid: bytes) -> list[BlockId]:
         """Every accepted block containing ``txid`` (``t`` rows), by block id."""
         prefix = S.P_TX_INDEX + txid
@@ -370,6 +378,8 @@ class ChainState:
                 put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
             for txid, root in delta.redemptions:
                 put(S.P_REDEEMED + txid, S.encode_row([root, h]))
+            for previous_link, child in delta.first_children:
+                put(S.P_FIRST_CHILD + previous_link, S.encode_row([child]))
             height_row = S.encode_row([h])
             for bid in delta.order:
                 put(S.P_LS_HEIGHT + bid, height_row)
@@ -420,6 +430,8 @@ class ChainState:
                     wb.put(S.P_ROOT + root, S.encode_row(_root_fields(before)))
             for txid, _ in delta.redemptions:
                 wb.delete(S.P_REDEEMED + txid)
+            for previous_link, _ in delta.first_children:
+                wb.delete(S.P_FIRST_CHILD + previous_link)
             for bid in delta.order:
                 wb.delete(S.P_LS_HEIGHT + bid)
                 wb.put(S.P_PENDING + bid, S.EMPTY_ROW)

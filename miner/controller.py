@@ -30,7 +30,13 @@ from typing import Any
 
 import aiohttp
 
-from dagchain.blocks import NONCE_OFFSET, BlockHeader, compute_merkle_root, make_block
+from dagchain.blocks import (
+    NONCE_OFFSET,
+    BlockHeader,
+    compute_merkle_root,
+    compute_tips_root,
+    make_block,
+)
 from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
 from dagchain.params import ConsensusParams
 from dagchain.transactions import (
@@ -138,13 +144,18 @@ class MinerState:
 # --------------------------------------------------------------------------------------------------
 
 
+def tip_links_of(t: dict[str, Any]) -> list[bytes]:
+    """The template's ``tip_links`` (hex, ascending; PROTOCOL.md v2 §3.4) as bytes."""
+    return [bytes.fromhex(x) for x in t["tip_links"]]
+
+
 def header_from_template(t: dict[str, Any], merkle_root: bytes | None = None) -> BlockHeader:
     """The header (nonce 0) a template describes, optionally with another merkle root."""
     return BlockHeader(
         int(t["version"]),
         bytes.fromhex(t["milestone_link"]),  # type: ignore[arg-type]
         bytes.fromhex(t["previous_link"]),  # type: ignore[arg-type]
-        bytes.fromhex(t["tip_link"]),  # type: ignore[arg-type]
+        compute_tips_root(tip_links_of(t)),
         merkle_root if merkle_root is not None else bytes.fromhex(t["merkle_root"]),
         int(t["timestamp_ms"]),
         int(t["target"]),
@@ -369,7 +380,7 @@ class Miner:
         if result.nonce is None:
             self.stats.stale += 1
             return False
-        block = make_block(dataclasses.replace(header, nonce=result.nonce), txs)
+        block = make_block(dataclasses.replace(header, nonce=result.nonce), tip_links_of(t), txs)
         status, body = await self.submit(block.raw)
         return self._on_submitted(t, block.id.hex(), status, body, redeeming)
 

@@ -1,18 +1,30 @@
 """Block templates (PROTOCOL.md §3.4, policy): pure, no I/O, reusable by node, miner, simulator.
 
-``build_template(chain, mempool, now_ms, root=... | register=...)`` picks the three links, the
-timestamp, the target and the mempool txs of the next block of one peer chain. It reads the
-chain's public views only; the consensus rules it steers by (D5a, D5b, D6, S1-S5) are applied by
-the core when the block arrives, so a template can never make an invalid block valid.
+``build_template(chain, mempool, now_ms, root=... | register=...)`` picks the milestone and
+previous links, up to ``max_tip_links`` tip links (PROTOCOL.md v2), the timestamp, the target and
+the mempool txs of the next block of one peer chain. It reads the chain's public views only and
+steers by the core's own rule functions (``dagchain.rules`` for msh(L), D5a, D5b;
+``dagchain.sortition`` for S1-S5), which the core applies again when the block arrives, so a
+template can never make an invalid block valid.
 """
 
 from dataclasses import dataclass
 
-from dagchain.blocks import NONCE_OFFSET, Block, BlockHeader, compute_merkle_root, make_block
+from dagchain import rules
+from dagchain.blocks import (
+    NONCE_OFFSET,
+    Block,
+    BlockHeader,
+    compute_merkle_root,
+    compute_tips_root,
+    make_block,
+)
 from dagchain.chain import Chain
 from dagchain.crypto import hash32
+from dagchain.encoding import pack
 from dagchain.mempool import Mempool
 from dagchain.pow import encode_compact
+from dagchain.sortition import assignment_bound, compute_sortition_distance, in_warmup
 from dagchain.transactions import Transaction, TxKind, TxOut, make_transaction
 from dagchain.types import Address, BlockId, TxId
 
@@ -22,6 +34,7 @@ __all__ = [
     "BlockTemplate",
     "TemplateUnavailable",
     "build_template",
+    "choose_tip_links",
     "registration_tx",
     "try_build_template",
 ]
@@ -48,7 +61,8 @@ class BlockTemplate:
     version: int
     milestone_link: BlockId
     previous_link: BlockId
-    tip_link: BlockId
+    tip_links: tuple[BlockId, ...]
+    """1..``max_tip_links`` tip links, ascending byte order (H5; ``tips_root`` commits to them)."""
     timestamp_ms: int
     target: int
     """The block target, expanded: a solution needs LE(id) <= target (H4)."""
@@ -70,6 +84,11 @@ class BlockTemplate:
     """The milestone link is not the head (D5b catch-up block, no mempool txs)."""
 
     @property
+    def tips_root(self) -> bytes:
+        """§2.1 over the template's tip links."""
+        return compute_tips_root(self.tip_links)
+
+    @property
     def merkle_root(self) -> bytes:
         """§2.4 over the template's txs (recompute after adding a REDEMPTION at tx[0])."""
         return compute_merkle_root(self.txs)
@@ -80,7 +99,7 @@ class BlockTemplate:
             self.version,
             self.milestone_link,
             self.previous_link,
-            self.tip_link,
+            self.tips_root,
             self.merkle_root if merkle_root is None else merkle_root,
             self.timestamp_ms,
             self.target_bits,
@@ -94,7 +113,7 @@ class BlockTemplate:
 
     def solve(self, nonce: int) -> Block:
         """The block of this template with ``nonce`` (its txs as templated)."""
-        return make_block(self.header(nonce), self.txs)
+        return make_block(self.header(nonce), self.tip_links, self.txs)
 
     @property
     def template_id(self) -> bytes:
@@ -167,10 +186,10 @@ def try_build_template(
         raise RuntimeError("template links name unknown blocks")
     timestamp = max(now_ms, prev_block.header.timestamp_ms, ms_block.header.timestamp_ms)
     own_root = BlockId(root) if root is not None else None
-    tip = _tip_link(chain, ms_link, previous, own_root)
-    if not catch_up and peer_height > p.sortition_warmup:
+    tips = choose_tip_links(chain, ms_link, previous, own_root)
+    if not catch_up and peer_height > 1 and not in_warmup(peer_height, p):
         room_txs = p.block_capacity - 1
-        room_bytes = p.max_block_bytes - REDEMPTION_ROOM_BYTES
+        room_bytes = p.max_block_bytes - REDEMPTION_ROOM_BYTES - len(pack(list(tips)))
         skip = _recently_packed(chain)
         body += mempool.select_for_template(
             previous,
@@ -185,7 +204,7 @@ def try_build_template(
         version=p.block_version,
         milestone_link=ms_link,
         previous_link=BlockId(previous),
-        tip_link=tip,
+        tip_links=tips,
         timestamp_ms=timestamp,
         target=snap.blk_target,
         target_bits=encode_compact(snap.blk_target),
@@ -199,17 +218,6 @@ def try_build_template(
         needs_registration=root is None,
         catch_up=catch_up,
     )
-
-
-def _msh(chain: Chain, block_id: bytes) -> int:
-    """msh(L): height(L) for a milestone block (genesis 0), else its milestone link's height."""
-    meta = chain.get_meta(block_id)
-    if meta is None:  # pragma: no cover - links of accepted blocks are accepted
-        raise RuntimeError("unknown block")
-    if meta.is_milestone:
-        snap = chain.get_snapshot(block_id)
-        return snap.height if snap is not None else 0
-    return meta.ms_link_height
 
 
 def _milestone_link(chain: Chain, previous: bytes, now_ms: int) -> tuple[BlockId, bool]:
@@ -227,71 +235,100 @@ def _milestone_link(chain: Chain, previous: bytes, now_ms: int) -> tuple[BlockId
     meta = chain.get_meta(previous)
     if meta is None:  # pragma: no cover - peer-chain heads are accepted blocks
         raise RuntimeError("unknown previous link")
-    if meta.ms_link_height > best_height:
+    if not rules.is_monotonic_milestone_link(best_height, meta.ms_link_height):
         raise TemplateUnavailable("wait-for-head", "D5a: the peer chain links a higher milestone")
-    msh = _msh(chain, previous)
-    if best_height - msh < p.punctuality:
+    msh = chain.msh(previous)
+    if rules.is_punctual(best_height, msh, p):
         return head, False
-    catch_up_height = msh + p.punctuality - 1
-    return chain.state.best[catch_up_height], True
+    return chain.best_chain()[rules.catch_up_height(msh, p)], True
 
 
-def _tip_link(
+def choose_tip_links(
     chain: Chain,
     ms_link: BlockId,
     previous: bytes,
     own_root: BlockId | None,
     *,
     oldest_first: bool = False,
-) -> BlockId:
-    """A pending best-chain block of another peer chain (§3.4), else a milestone.
+) -> tuple[BlockId, ...]:
+    """§3.4 (v2): up to ``max_tip_links`` tip links, ascending.
 
-    Among unlinked candidates §3.4 prefers the newest (greatest arrival sequence);
-    ``oldest_first`` reverses that tie-break (the experiment experiments/ordering_lag.py).
+    Candidates are pending best-chain blocks of other peer chains that pass D5b against
+    ``ms_link``, whose milestone link is within ``punctuality/2`` of the head, never the previous
+    link. Every candidate that no accepted block links yet is taken, newest first (greatest
+    arrival sequence), up to the limit; if there is none, the newest candidate. With no
+    candidate at all: the head milestone; if the head is the previous link, its parent
+    milestone; genesis when both are genesis (H5 allows [genesis] then).
+
+    ``oldest_first`` reverses the arrival-order preference (experiments/ordering_lag.py).
     """
     p = chain.params
-    snap = chain.get_snapshot(ms_link)
-    link_height = snap.height if snap is not None else 0
+    link_height = chain.msh(ms_link)
     best_height = chain.best_height
     pending = chain.pending_blocks()
     linked: set[bytes] = set()
     for bid in pending:
         block = chain.get_block(bid)
         if block is not None:
-            linked.update(block.header.links)
-    best: tuple[bool, int, BlockId] | None = None
+            linked.update(block.links)
+    unlinked: list[tuple[int, BlockId]] = []
+    newest: tuple[int, BlockId] | None = None
     for bid in pending:
         meta = chain.get_meta(bid)
         if meta is None or bid == previous or meta.root == own_root:
             continue
-        if link_height - _msh(chain, bid) >= p.punctuality:  # D5b
+        if not rules.is_punctual(link_height, chain.msh(bid), p):  # D5b
             continue
-        if best_height - meta.ms_link_height > p.punctuality // 2:
+        if not rules.is_recent_tip_candidate(best_height, meta.ms_link_height, p):
             continue
-        key = (bid not in linked, -meta.seq if oldest_first else meta.seq, bid)
-        if best is None or key > best:
-            best = key
-    if best is not None:
-        return best[2]
-    if ms_link != previous:
-        return ms_link
-    if ms_link == chain.genesis_id:
-        return chain.genesis_id
-    block = chain.get_block(ms_link)
-    return block.header.milestone_link if block is not None else chain.genesis_id
+        key = (-meta.seq if oldest_first else meta.seq, bid)
+        if bid not in linked:
+            unlinked.append(key)
+        if newest is None or key > newest:
+            newest = key
+    if unlinked:
+        unlinked.sort(reverse=True)
+        return tuple(sorted(bid for _, bid in unlinked[: p.max_tip_links]))
+    if newest is not None:
+        return (newest[1],)
+    head = chain.best_id
+    if head != previous:
+        return (head,)
+    if head == chain.genesis_id:
+        return (chain.genesis_id,)
+    block = chain.get_block(head)
+    return (block.header.milestone_link if block is not None else chain.genesis_id,)
 
 
 def _recently_packed(chain: Chain) -> set[TxId]:
-    """Txids in pending blocks linking a milestone less than 3 milestones old (§3.4 skip)."""
+    """§3.4 skip: txids in pending blocks that would carry them VALID if ordered next.
+
+    A tx is skipped only while it sits in a pending block whose own V4 and V5 pass at LS height
+    best + 1 (not in warm-up, S6 fresh, the tx assigned by S1-S5) and whose milestone link is
+    within ``punctuality/2`` of the head; after 3 milestones without confirmation it is offered
+    again. The pool keeps every such tx (§7.5): nothing here removes one.
+    """
+    p = chain.params
     best_height = chain.best_height
     skip: set[TxId] = set()
     for bid in chain.pending_blocks():
         meta = chain.get_meta(bid)
         block = chain.get_block(bid)
-        if meta is None or block is None:
-            continue
-        if meta.peer_height <= chain.params.sortition_warmup:
+        if meta is None or block is None or meta.peer_height <= 1:
+            continue  # a registration block's other txs are INVALID (R3)
+        if in_warmup(meta.peer_height, p):
             continue  # its txs are INVALID (warmup): they do not count as packed
-        if best_height - meta.ms_link_height < SKIP_AFTER_MILESTONES:
-            skip.update(tx.txid for tx in block.txs)
+        if best_height - meta.ms_link_height >= SKIP_AFTER_MILESTONES:
+            continue
+        if best_height + 1 - meta.ms_link_height > p.sortition_freshness:
+            continue  # S6 would fail at the next LS height
+        if not rules.is_recent_tip_candidate(best_height, meta.ms_link_height, p):
+            continue
+        factor, bound = assignment_bound(chain.sortition_window(bid), chain.hash_rate_of(bid), p)
+        prev = block.header.previous_link
+        for index, tx in enumerate(block.txs):
+            if index == 0 and tx.kind != TxKind.TRANSFER:
+                continue
+            if compute_sortition_distance(prev, tx.txid) * factor < bound:
+                skip.add(tx.txid)
     return skip

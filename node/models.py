@@ -90,7 +90,8 @@ class BlockResponse(_Model):
     version: int
     milestone_link: Hex32
     previous_link: Hex32
-    tip_link: Hex32
+    tips_root: Hex32 = Field(description="Commits to tip_links (PROTOCOL.md v2 §2.1)")
+    tip_links: list[Hex32] = Field(description="1..max_tip_links tip links, ascending (v2)")
     merkle_root: Hex32
     timestamp_ms: int
     target: int
@@ -111,7 +112,7 @@ class DagBlock(_Model):
     hash: Hex32
     milestone_link: Hex32
     previous_link: Hex32
-    tip_link: Hex32
+    tip_links: list[Hex32] = Field(description="Tip links, ascending (PROTOCOL.md v2)")
     root: Hex32 = Field(description="Registration block of its peer chain (the DAG view's lane)")
     peer_height: int
     is_milestone: bool
@@ -191,7 +192,8 @@ class TemplateResponse(_Model):
     version: int
     milestone_link: Hex32
     previous_link: Hex32
-    tip_link: Hex32
+    tips_root: Hex32 = Field(description="Commits to tip_links (PROTOCOL.md v2 §2.1)")
+    tip_links: list[Hex32] = Field(description="1..max_tip_links tip links, ascending (v2)")
     merkle_root: Hex32
     timestamp_ms: int
     target: int = Field(description="Compact block target (the header field)")

@@ -207,7 +207,7 @@ class NodeService:
                 "is_milestone": meta.is_milestone,
                 "milestone_link": header.milestone_link.hex(),
                 "previous_link": header.previous_link.hex(),
-                "tip_link": header.tip_link.hex(),
+                "tip_links": [t.hex() for t in block.tip_links],
                 "root": meta.root.hex(),
                 "peer_height": meta.peer_height,
                 "timestamp_ms": header.timestamp_ms,

@@ -9,12 +9,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from dagchain import rules
 from dagchain.blocks import BlockHeader, compute_block_id, decode_header
-from dagchain.errors import EncodingError
+from dagchain.errors import EncodingError, NotYetValid, RejectedBlock
 from dagchain.params import ConsensusParams
-from dagchain.pow import encode_compact, is_valid_compact_target, meets_target
 from dagchain.retarget import Snapshot, compute_snapshot
-from dagchain.types import NULL_ID, BlockId
+from dagchain.types import BlockId
 
 MAX_LEVEL_SETS_IN_FLIGHT = 8
 """P9: up to 8 level sets may be in flight, applied strictly in height order."""
@@ -81,7 +81,7 @@ def verify_milestone_headers(
             raise SyncError("headers do not form a milestone chain", 100)
         if parent_snap is None or parent_id is None:  # pragma: no cover - set above
             raise SyncError("no parent", 100)
-        _check_header(header, block_id, parent_snap, parent_ts, genesis_id, params, now_ms)
+        _check_header(header, block_id, parent_snap, parent_ts, params, now_ms)
         snap = compute_snapshot(parent_snap, parent_id == genesis_id, header.timestamp_ms, params)
         out.append(VerifiedHeader(block_id, header, snap))
         parent_id, parent_snap, parent_ts = block_id, snap, header.timestamp_ms
@@ -93,27 +93,21 @@ def _check_header(
     block_id: bytes,
     parent: Snapshot,
     parent_ts: int,
-    genesis_id: bytes,
     params: ConsensusParams,
     now_ms: int,
 ) -> None:
-    """P8's list: H2, H3, H5, D4, LE(id) ≤ the parent's ms_target, D6, H11."""
-    if header.version != params.block_version:
-        raise SyncError("H2: block version", 100)
-    if not is_valid_compact_target(header.target, params.max_target):
-        raise SyncError("H3: target", 100)
-    if NULL_ID in header.links or (
-        header.tip_link == header.previous_link and header.previous_link != genesis_id
-    ):
-        raise SyncError("H5: links", 100)
-    if header.target != encode_compact(parent.blk_target):
-        raise SyncError("D4: target is not the parent's block target", 100)
-    if not meets_target(block_id, parent.ms_target):
-        raise SyncError("not a milestone: id above the parent's ms_target", 100)
-    if header.timestamp_ms < parent_ts:
-        raise SyncError("D6: timestamp before the parent milestone's", 100)
-    if header.timestamp_ms > now_ms + params.max_future_drift_ms:
-        raise SyncError("H11: timestamp in the future", 0, pause=True)
+    """P8's list, each rule from ``dagchain.rules``: H2, H3, H5 (header part), D4, LE(id) ≤ the
+    parent's ms_target, D6 against the parent and H11 (a pause, no score)."""
+    try:
+        rules.check_header_fields(header, block_id, params)
+        rules.check_block_target(header, parent.blk_target, block_id)
+        rules.check_pow(block_id, parent.ms_target, "the parent's milestone target")
+        rules.check_timestamp_order(header, parent_ts, "milestone", block_id)
+        rules.check_not_future(header, now_ms, params)
+    except RejectedBlock as exc:
+        raise SyncError(f"{exc.rule}: {exc.message}", 100) from None
+    except NotYetValid as exc:
+        raise SyncError(f"{exc.rule}: {exc.message}", 0, pause=True) from None
 
 
 @dataclass(slots=True)

@@ -77,7 +77,7 @@ class RelayNode:
         """The first link of the block not accepted here (None: all are)."""
         accepted, index, genesis = self._accepted, self.index, self._genesis
         holders, everywhere = accepted.holders, accepted.everywhere
-        for link in self.decoder.decode(raw).header.links:
+        for link in self.decoder.decode(raw).links:
             if link == genesis:
                 continue
             found = holders.get(link)  # accepted.knows(index, link), inlined

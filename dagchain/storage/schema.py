@@ -9,7 +9,8 @@ from typing import Any
 from dagchain.encoding import pack, unpack_canonical
 from dagchain.errors import StorageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""v2 (PROTOCOL.md v2 §12): v2 block bytes, the S7 ``c`` rows and their field in ``d``."""
 MAX_ROW = 1 << 26
 
 META_SCHEMA = b"\x00schema"
@@ -34,6 +35,7 @@ P_ADDRESS = b"o"
 P_ROOT = b"a"
 P_REDEEMED = b"q"
 P_INVALIDATED = b"i"
+P_FIRST_CHILD = b"c"
 
 PUT_ONLY_WHEN_ABSENT = (P_PENDING,)
 """Prefixes whose rows the core puts only when the key is absent: a ``p`` row at A1 (a new
@@ -101,6 +103,7 @@ __all__ = [
     "P_ADDRESS",
     "P_BLOCK",
     "P_DELTA",
+    "P_FIRST_CHILD",
     "P_HEIGHT",
     "P_INVALIDATED",
     "P_LEVEL_SET",

@@ -4,10 +4,18 @@ They use only the chain's public views (snapshots, windows, peer-chain heads) an
 codecs, so no consensus rule is re-implemented here.
 """
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 
-from dagchain.blocks import NONCE_OFFSET, Block, BlockHeader, compute_merkle_root, make_block
+from dagchain.blocks import (
+    NONCE_OFFSET,
+    Block,
+    BlockHeader,
+    compute_merkle_root,
+    compute_tips_root,
+    make_block,
+)
 from dagchain.chain import Chain
 from dagchain.crypto import address_from_pubkey, xonly_pubkey
 from dagchain.pow import encode_compact
@@ -44,16 +52,7 @@ def grind(
         if value <= target:
             is_ms = value <= ms_target
             if want_milestone is None or want_milestone == is_ms:
-                return BlockHeader(
-                    header.version,
-                    header.milestone_link,
-                    header.previous_link,
-                    header.tip_link,
-                    header.merkle_root,
-                    header.timestamp_ms,
-                    header.target,
-                    nonce,
-                )
+                return dataclasses.replace(header, nonce=nonce)
         nonce += 1
 
 
@@ -62,17 +61,22 @@ def build_block(
     *,
     previous: bytes,
     tip: bytes | None = None,
+    tips: Sequence[bytes] | None = None,
     milestone: bytes | None = None,
     txs: Sequence[Transaction] = (),
     timestamp_ms: int | None = None,
     register: bytes | None = None,
     want_milestone: bool | None = None,
     nonce_start: int = 0,
+    tips_root: bytes | None = None,
 ) -> Block:
     """A block on ``previous`` with real PoW against the milestone link's snapshot.
 
     ``register`` (an address) prepends a REGISTRATION (use with ``previous`` = genesis).
-    ``timestamp_ms`` defaults to max(ts(milestone link), ts(previous)) + 1.
+    ``timestamp_ms`` defaults to max(ts(milestone link), ts(previous)) + 1. ``tips`` is the tip
+    list exactly as given (tests may pass one that breaks H5); ``tip`` is a one-tip shorthand;
+    by default the one tip is the milestone link (or genesis). ``tips_root`` overrides the
+    header's commitment (for H7 tests); by default it is §2.1 over ``tips``.
     """
     ms = BlockId(milestone if milestone is not None else chain.best_id)
     snap = chain.get_snapshot(ms)
@@ -86,17 +90,19 @@ def build_block(
     body = list(txs)
     if register is not None:
         body.insert(0, registration_tx(register))
-    if tip is None:
-        tip = ms if ms != previous else chain.genesis_id
+    if tips is None:
+        if tip is None:
+            tip = ms if ms != previous else chain.genesis_id
+        tips = [tip]
     header = BlockHeader(
         1,
         ms,
         BlockId(previous),
-        BlockId(tip),
+        compute_tips_root(tips) if tips_root is None else tips_root,
         compute_merkle_root(body),
         timestamp_ms,
         encode_compact(snap.blk_target),
         nonce_start,
     )
     header = grind(header, snap.blk_target, want_milestone, snap.ms_target)
-    return make_block(header, body)
+    return make_block(header, tips, body)

@@ -48,6 +48,7 @@ class Node:
         *,
         milestone: bytes | None = None,
         tip: bytes | None = None,
+        tips: Sequence[bytes] | None = None,
         txs: Sequence[Transaction] = (),
         register: bytes | None = None,
         ms: bool = False,
@@ -62,6 +63,7 @@ class Node:
             previous,
             milestone=milestone,
             tip=tip,
+            tips=tips,
             txs=txs,
             register=register,
             ms=ms,
@@ -76,15 +78,16 @@ class Node:
         *,
         milestone: bytes | None = None,
         tip: bytes | None = None,
+        tips: Sequence[bytes] | None = None,
         txs: Sequence[Transaction] = (),
         register: bytes | None = None,
         ms: bool = False,
         timestamp_ms: int | None = None,
     ) -> Block:
-        """Like ``mine`` without submitting."""
+        """Like ``mine`` without submitting (``tips``: the whole tip list, as given)."""
         chain = self.chain
         ms_link = BlockId(milestone if milestone is not None else chain.best_id)
-        if tip is None:
+        if tip is None and tips is None:
             if previous != ms_link:
                 tip = ms_link
             else:
@@ -96,6 +99,7 @@ class Node:
             chain,
             previous=previous,
             tip=tip,
+            tips=tips,
             milestone=ms_link,
             txs=txs,
             timestamp_ms=timestamp_ms,
