@@ -23,6 +23,7 @@ from dagchain.errors import (
 from dagchain.ledger import LevelSetDelta
 from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolError
 from dagchain.params import ConsensusParams
+from dagchain.pool_policy import follow_reorg
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import BlockId, TxId
 from node.gossip import block_frame_milestone_link, is_stale_relay
@@ -221,16 +222,9 @@ class NodeService:
         """§4.4 mempool policy, then one ``reorg`` event (if anything was undone) and one
         ``milestone`` event per level set applied, oldest first."""
         now = self.clock()
-        applied_valid = list(self._valid_txs(reorg.applied))
-        self.mempool.remove_confirmed(applied_valid)
+        self.readded_txs += follow_reorg(self.chain, self.mempool, reorg, now)
         if reorg.undone:
             self.reorg_count += 1
-            self._drop_unspendable()
-            confirmed = {tx.txid for tx in applied_valid}
-            # undone is newest first: re-add in the old total order, oldest level set first
-            for tx in self._valid_txs(reversed(reorg.undone)):
-                if tx.txid not in confirmed and self._readmit(tx, now):
-                    self.readded_txs += 1
             self._emit(
                 NodeEvent(
                     "reorg",
@@ -261,31 +255,6 @@ class NodeService:
                 "valid_txs": sum(1 for r in delta.reasons if r == Reason.VALID),
             },
         )
-
-    def _valid_txs(self, deltas: Iterable[LevelSetDelta]) -> Iterable[Transaction]:
-        for delta in deltas:
-            for tx, reason in self.chain.level_set_txs(delta):
-                if reason == Reason.VALID:
-                    yield tx
-
-    def _readmit(self, tx: Transaction, now_ms: int) -> bool:
-        """Put a tx of an undone level set back into the pool if it is still spendable."""
-        try:
-            fee = self.chain.check_transaction(tx)
-            self.mempool.add(tx, fee, now_ms)
-        except (InvalidTransaction, MempoolError):
-            return False
-        return True
-
-    def _drop_unspendable(self) -> None:
-        """After an undo, drop pool txs whose inputs left the best chain's UTXO set."""
-        chain, pool = self.chain, self.mempool
-        for txid in pool.txids_by_fee_rate():
-            entry = pool.get(txid)
-            if entry is None:
-                continue
-            if any(chain.get_utxo(i.txid, i.out_index) is None for i in entry.tx.inputs):
-                pool.remove(txid)
 
     def drop_stale_relay(self, block_id: bytes, raw: bytes) -> tuple[int, int] | None:
         """P14 (policy, §11.6): should a *relayed* block be dropped as stale?

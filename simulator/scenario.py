@@ -65,9 +65,12 @@ class ChainConfig(_Table):
     """Blocks per second; b = block_rate * milestone_interval_s must be an integer (sdag)."""
     block_capacity: int = Field(default=128, ge=1)
     max_block_bytes: int = Field(default=262_144, ge=1024)
-    sortition_c: str = "1/10"
-    sortition_k: int = Field(default=10, ge=2)
-    sortition_weighting: Literal["share", "uniform"] = "share"
+    sortition_c: str = "1/120"
+    sortition_k: int = Field(default=100, ge=2)
+    sortition_weighting: Literal["share", "uniform"] = "uniform"
+    """PROTOCOL.md v2 §8.1 default: ``uniform`` (no warm-up), c = 1/120; ``share`` is kept."""
+    max_tip_links: int = Field(default=8, ge=1, le=16)
+    """H5 and §3.4 (v2): 1..16 tip links per block (the preset's 8 by default)."""
     sortition: bool = True
     retarget: bool = True
     punctuality: int = Field(default=100, ge=2)
@@ -170,12 +173,14 @@ class Scenario(_Table):
         capacity = self.chain.block_capacity
         max_bytes = self.chain.max_block_bytes
         sortition = self.chain.sortition
+        weighting = self.chain.sortition_weighting
         if self.protocol == "nakamoto":
             # One large block per interval carries what b small blocks would (same tx capacity).
             sdag_b = max(1, round(self.chain.block_rate * self.chain.milestone_interval_s))
             capacity *= sdag_b
             max_bytes *= sdag_b
             sortition = False
+            weighting = "uniform"  # no assignment, so no S1 warm-up either (v2 §8.1 S1)
         return SIM.replace(
             blocks_per_ms=b,
             milestone_interval_ms=round(self.chain.milestone_interval_s * 1000),
@@ -185,9 +190,10 @@ class Scenario(_Table):
             sortition_c_num=c.numerator,
             sortition_c_den=c.denominator,
             sortition_warmup=self.chain.sortition_k,
-            sortition_weighting=self.chain.sortition_weighting,
+            sortition_weighting=weighting,
             sortition_enabled=sortition,
             punctuality=self.chain.punctuality,
+            max_tip_links=self.chain.max_tip_links,
         )
 
     def manifest_dict(self) -> dict[str, Any]:

@@ -16,9 +16,10 @@ from typing import Protocol, final
 
 from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
-from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid, Reason
+from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid
 from dagchain.mempool import Mempool, MempoolError
 from dagchain.params import ConsensusParams
+from dagchain.pool_policy import follow_reorg
 from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
 from simulator.knowledge import Knowledge, node_ids
@@ -69,6 +70,7 @@ class SimNode:
         "mempool",
         "orphaned",
         "params",
+        "readded_txs",
         "rejected_blocks",
         "rejected_txs",
         "root",
@@ -106,6 +108,8 @@ class SimNode:
         self.rejected_blocks = 0
         self.rejected_txs = 0
         self.orphaned = 0
+        self.readded_txs = 0
+        """Txs of undone level sets that went back into the pool (§7.5, v2)."""
 
     def now(self) -> int:
         """The engine clock as the integer ms the core takes."""
@@ -141,14 +145,11 @@ class SimNode:
             block = chain.get_block(bid)
             if block is None:  # pragma: no cover - accepted blocks are stored
                 raise RuntimeError("accepted block missing")
-            for tx in block.txs:
+            for tx in block.txs:  # §7.5 (v2): carrying a tx does not take it out of the pool
                 learn_tx(index, tx.txid)
-                self.mempool.remove(tx.txid)
             self.hub.send_block(self.index, bid, block.raw, src if bid == outcome.block_id else -1)
-        for reorg in outcome.reorgs:
-            for delta in reorg.applied:
-                valid = [t for t, r in chain.level_set_txs(delta) if r == Reason.VALID]
-                self.mempool.remove_confirmed(valid)
+        for reorg in outcome.reorgs:  # the node's own pool policy (dagchain.pool_policy)
+            self.readded_txs += follow_reorg(chain, self.mempool, reorg, self.now())
         self.hub.on_accepted(self, outcome)
 
     # ------------------------------------------------------------------ transactions
