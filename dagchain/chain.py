@@ -455,7 +455,7 @@ class Chain:
                 raise RejectedBlock("D5b", "a tip link is not punctual", bid)
 
     def msh(self, block_id: bytes) -> int:
-        """Return msh(L) of an accepted block (``rules.milestone_height_of_link``)."""
+        """The milestone height of an accepted block (§1; ``rules.milestone_height_of_link``)."""
         meta = self.state.meta[BlockId(block_id)]
         own = self.state.snapshots[BlockId(block_id)].height if meta.is_milestone else 0
         return rules.milestone_height_of_link(meta.is_milestone, own, meta.ms_link_height)

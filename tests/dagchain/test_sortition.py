@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from dagchain.blocks import BlockHeader, compute_merkle_root, make_block
+from dagchain.blocks import BlockHeader, compute_merkle_root, compute_tips_root, make_block
 from dagchain.genesis import genesis_block
 from dagchain.params import MAINNET, SIM
 from dagchain.pow import compute_work, decode_compact
@@ -25,6 +25,8 @@ W = 100 * compute_work(decode_compact(0x1E0FFFF0))
 S = 125_000
 HR = 8 * 2**20
 WINDOW = SortitionWindow(peer_height=MAINNET.sortition_warmup + 1, work=W, span_ms=S)
+# §8.2 uses mainnet parameters but weighting share with c = 1/100 (v2 mainnet: uniform, c = 1/120).
+SHARE = MAINNET.replace(sortition_weighting="share", sortition_c_num=1, sortition_c_den=100)
 SECTION_2_6_ADDRESS = Address(
     bytes.fromhex("26527b05c191fad66a8adcf625f3ff956fa9e8d6e29e513f4d89e578609b2989")
 )
@@ -32,7 +34,7 @@ SECTION_2_6_TXID = bytes.fromhex("341e91862d3d95e6fbbe019c2adc2751d8c960e33dd0df
 
 
 def passes(distance: int, window: SortitionWindow = WINDOW, hash_rate: int = HR) -> bool:
-    factor, bound = assignment_bound(window, hash_rate, MAINNET)
+    factor, bound = assignment_bound(window, hash_rate, SHARE)
     return distance * factor < bound
 
 
@@ -42,7 +44,8 @@ def counted_txids(count: int) -> list[bytes]:
 
 
 def registration_block_id(offset_ms: int, nonce: int) -> BlockId:
-    """§8.2: the mainnet registration block with all links = genesis and the §2.6 address."""
+    """§8.2 (v2): the mainnet registration block with milestone and previous links = genesis,
+    tips [genesis] and the §2.6 address."""
     genesis = genesis_block(MAINNET)
     tx = make_transaction(TxKind.REGISTRATION, [], [TxOut(0, SECTION_2_6_ADDRESS)])
     assert tx.txid.hex().startswith("ae28bfbe")
@@ -51,13 +54,13 @@ def registration_block_id(offset_ms: int, nonce: int) -> BlockId:
         version=1,
         milestone_link=genesis.id,
         previous_link=genesis.id,
-        tip_link=genesis.id,
+        tips_root=compute_tips_root([genesis.id]),
         merkle_root=compute_merkle_root([tx]),
         timestamp_ms=MAINNET.genesis_timestamp_ms + offset_ms,
         target=0x1E500000,
         nonce=nonce,
     )
-    block = make_block(header, [tx])
+    block = make_block(header, [genesis.id], [tx])
     assert int.from_bytes(block.id, "little") <= decode_compact(0x1E500000)
     return block.id
 
@@ -85,30 +88,34 @@ def test_s5_share_comparison_is_strict_at_the_bound() -> None:
 
 
 def test_s4_s5_required_vector_registration_block_p() -> None:
-    """S4/S5 §8.2 required vector: p = c90dc199…67470000; the §2.6 txid fails (d ≈ 0.884·2^256);
-    of H(u32 LE i), i < 10,000, exactly {1998, 2526, 2631, 5521, 5920} pass."""
-    p = registration_block_id(1_000, 104_083)
-    assert p.hex() == "c90dc1990ea3d003fb69fca8066d22c86fff001562a0748e4675980767470000"
+    """S4/S5 §8.2 required vector (v2: tips [genesis], nonce 3,013): p = 439db7e2…f7080000; the
+    §2.6 txid fails (d ≈ 0.473798·2^256); of H(u32 LE i), i < 10,000, exactly {2414, 7474, 8215,
+    8452, 8591, 9385} pass (i = 2414: d ≈ 0.000822·2^256), under §8.2's share weighting, c = 1/100."""
+    assert compute_tips_root([genesis_block(MAINNET).id]).hex() == (
+        "c863408583ac16aa7d61c170feb022cfe2f5bb221f9bae1d4da2d1ffe0cc414a"
+    )
+    p = registration_block_id(1_000, 3_013)
+    assert p.hex() == "439db7e2c62a149186d39f92ecb4967c087641bf5202ed87715ba1b5f7080000"
     digest = hashlib.blake2b(SORTITION_TAG + p + SECTION_2_6_TXID, digest_size=32).digest()
-    assert digest.hex() == "93a5dd18af70fadac5c8d1e931394b9b2c612e379df64068a813de4163d85ee2"
+    assert digest.hex() == "a507db5f3c84135d9f4029c31a65bfd7ed11a62f1366843e0ee7c25045d44a79"
     distance = compute_sortition_distance(p, SECTION_2_6_TXID)
     assert distance == int.from_bytes(digest, "little")
-    assert 0.884 < distance / SPACE < 0.885
-    assert not is_tx_assigned(SECTION_2_6_TXID, p, WINDOW, HR, MAINNET)
-    passing = [
-        i for i, t in enumerate(counted_txids(10_000)) if is_tx_assigned(t, p, WINDOW, HR, MAINNET)
-    ]
-    assert passing == [1998, 2526, 2631, 5521, 5920]
+    assert 0.473798 < distance / SPACE < 0.473799
+    assert not is_tx_assigned(SECTION_2_6_TXID, p, WINDOW, HR, SHARE)
+    txids = counted_txids(10_000)
+    passing = [i for i, t in enumerate(txids) if is_tx_assigned(t, p, WINDOW, HR, SHARE)]
+    assert passing == [2414, 7474, 8215, 8452, 8591, 9385]
+    assert 0.000822 < compute_sortition_distance(p, txids[2414]) / SPACE < 0.000823
 
 
 def test_s4_s5_required_vector_two_real_links_give_disjoint_sets() -> None:
-    """S4 §8.2 required test: p' (genesis + 2,000 ms, nonce 590,315) admits exactly {1837, 3243,
-    3254, 4820, 8247, 8454, 8456, 8807, 9065, 9537}, none in common with p."""
-    p = registration_block_id(1_000, 104_083)
-    p2 = registration_block_id(2_000, 590_315)
-    assert p2.hex().startswith("e2bc5ecc")
-    assert p2.hex().endswith("c24f0000")
-    factor, bound = assignment_bound(WINDOW, HR, MAINNET)
+    """S4 §8.2 required test (v2): p' (genesis + 2,000 ms, nonce 12,623, id 2d02bd51…192a0000)
+    admits exactly {1255, 3228, 6182, 6637, 9127, 9135, 9889}, none in common with p."""
+    p = registration_block_id(1_000, 3_013)
+    p2 = registration_block_id(2_000, 12_623)
+    assert p2.hex().startswith("2d02bd51")
+    assert p2.hex().endswith("192a0000")
+    factor, bound = assignment_bound(WINDOW, HR, SHARE)
     txids = counted_txids(10_000)
     eligible = {
         link: {
@@ -116,7 +123,8 @@ def test_s4_s5_required_vector_two_real_links_give_disjoint_sets() -> None:
         }
         for link in (p, p2)
     }
-    assert eligible[p2] == {1837, 3243, 3254, 4820, 8247, 8454, 8456, 8807, 9065, 9537}
+    assert eligible[p] == {2414, 7474, 8215, 8452, 8591, 9385}
+    assert eligible[p2] == {1255, 3228, 6182, 6637, 9127, 9135, 9889}
     assert eligible[p] & eligible[p2] == set()
 
 
