@@ -23,6 +23,8 @@ HEADER_SIZE = 150
 _HEADER = struct.Struct("<H32s32s32s32sQIQ")
 TIPS_TAG = b"dagchain-tips"
 """Domain tag of ``tips_root`` (§2.1)."""
+BLOCK_PREFIX = b"\x93\xc4\x96"
+"""The first bytes of every canonical block (§2.2): array of 3, then bin8 of 150 (the header)."""
 NONCE_OFFSET = 142
 """The nonce is last, so a miner absorbs bytes 0..141 once (§2.1)."""
 
@@ -97,7 +99,7 @@ class Block:
 
     @property
     def header_bytes(self) -> bytes:
-        """The 150 header bytes: ``raw`` after 0x93 (array of 3) and c4 96 (bin8 of 150)."""
+        """The 150 header bytes: ``raw`` after ``BLOCK_PREFIX``."""
         return self.raw[3 : 3 + HEADER_SIZE]
 
     @property
@@ -161,6 +163,7 @@ def _tx_slices(data: bytes, count: int) -> list[bytes]:
 
 
 __all__ = [
+    "BLOCK_PREFIX",
     "HEADER_SIZE",
     "NONCE_OFFSET",
     "TIPS_TAG",

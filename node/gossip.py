@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from dagchain.blocks import HEADER_SIZE, compute_block_id
+from dagchain.blocks import BLOCK_PREFIX, HEADER_SIZE, compute_block_id
 from dagchain.crypto import hash32
 from dagchain.errors import InvalidBlock, MalformedBlock, NotYetValid, RejectedBlock
 from node import wire
@@ -286,7 +286,7 @@ class TokenBucket:
 
 def block_frame_id(raw: bytes) -> bytes | None:
     """The id of a ``block`` message's bytes: H(header) from the canonical prefix, or None."""
-    if len(raw) < 3 + HEADER_SIZE or raw[:3] != b"\x92\xc4\x96":
+    if len(raw) < 3 + HEADER_SIZE or raw[:3] != BLOCK_PREFIX:
         return None
     return bytes(compute_block_id(raw[3 : 3 + HEADER_SIZE]))
 
@@ -297,7 +297,7 @@ MS_LINK_OFFSET = 2
 
 def block_frame_milestone_link(raw: bytes) -> bytes | None:
     """The milestone link of a ``block`` message's bytes, from the canonical prefix, or None."""
-    if len(raw) < 3 + HEADER_SIZE or raw[:3] != b"\x92\xc4\x96":
+    if len(raw) < 3 + HEADER_SIZE or raw[:3] != BLOCK_PREFIX:
         return None
     return bytes(raw[3 + MS_LINK_OFFSET : 3 + MS_LINK_OFFSET + 32])
 
