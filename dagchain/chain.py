@@ -163,6 +163,12 @@ class Chain:
                 f"database schema version {version} is newer than this software's version "
                 f"{S.SCHEMA_VERSION}: upgrade dagchain to open it"
             )
+        if version == 1:
+            raise StorageError(
+                "database schema version 1 holds PROTOCOL.md v1 blocks, which this software "
+                f"(schema {S.SCHEMA_VERSION}, protocol v2) neither reads nor migrates: start a "
+                "new data directory (move this one away)"
+            )
         if version != S.SCHEMA_VERSION:
             raise StorageError(
                 f"database schema version {version} is older than this software's version "

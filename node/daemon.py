@@ -151,7 +151,10 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
         store = open_store(config)
         stack.callback(_close_store, store)
         started = time.monotonic()
-        chain = Chain(params, store)
+        try:
+            chain = Chain(params, store)
+        except StorageError as exc:  # one line naming the directory (§12: v1 is refused)
+            raise StorageError(f"data directory {config.data_path}: {exc}") from None
         log.info(
             "%s: best milestone %d %s, %d blocks (opened in %.1f s)",
             params.network_id,
