@@ -55,6 +55,16 @@ async function api(path) {
   return { status: resp.status, body };
 }
 
+function tipList(tips) {
+  if (!tips.length) return el("span", { class: "muted" }, "none");
+  const box = el("span", { class: "tip-list" });
+  tips.forEach((t, i) => {
+    if (i) box.append(document.createElement("br"));
+    box.append(hashLink(t));
+  });
+  return box;
+}
+
 function hashLink(hash, label) {
   if (!hash || hash === NULL_HASH) return el("span", { class: "h muted" }, "none");
   return el("a", { class: "h lookup-link", href: `#${hash}`, dataset: { q: hash } }, label || hash);
@@ -252,12 +262,15 @@ function render() {
     const b = p.b;
     const prev = pos.get(b.previous_link);
     if (prev) edgeLayer.append(svg("path", { d: edgePath(prev, p), class: "edge-prev" }));
-    const tip = pos.get(b.tip_link);
-    if (tip && b.tip_link !== b.previous_link) {
-      edgeLayer.append(svg("path", { d: edgePath(tip, p), class: "edge-tip" }));
+    const tips = b.tip_links || [];  // PROTOCOL.md v2: 1..max_tip_links tip links, all drawn
+    for (const t of tips) {
+      const tip = pos.get(t);
+      if (tip && t !== b.previous_link) {
+        edgeLayer.append(svg("path", { d: edgePath(tip, p), class: "edge-tip" }));
+      }
     }
     const ms = pos.get(b.milestone_link);
-    if (ms && b.milestone_link !== b.previous_link && b.milestone_link !== b.tip_link) {
+    if (ms && b.milestone_link !== b.previous_link && !tips.includes(b.milestone_link)) {
       edgeLayer.append(svg("path", { d: edgePath(ms, p), class: "edge-ms" }));
     }
     const classes = ["blk", "block"];
@@ -323,7 +336,7 @@ async function onEvent(event) {
   if (event.type === "block") {
     addBlock({
       hash: event.hash, root: event.root, peer_height: event.peer_height,
-      previous_link: event.previous_link, tip_link: event.tip_link,
+      previous_link: event.previous_link, tip_links: event.tip_links || [],
       milestone_link: event.milestone_link, is_milestone: event.is_milestone,
       timestamp_ms: event.timestamp_ms, txs: event.txs, level_set_height: null,
     });
@@ -371,7 +384,8 @@ function renderBlock(b) {
     ["peer chain (root)", hashLink(b.root)],
     ["peer_height", b.peer_height],
     ["previous_link", hashLink(b.previous_link)],
-    ["tip_link", hashLink(b.tip_link)],
+    ["tip_links", tipList(b.tip_links || [])],
+    ["tips_root", el("span", { class: "h" }, b.tips_root)],
     ["milestone_link", hashLink(b.milestone_link)],
     ["merkle_root", el("span", { class: "h" }, b.merkle_root)],
     ["timestamp_ms", `${b.timestamp_ms} (${time(b.timestamp_ms)})`],
