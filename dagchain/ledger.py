@@ -17,7 +17,13 @@ from dagchain.crypto import address_from_pubkey as _address_of
 from dagchain.errors import Reason
 from dagchain.params import ConsensusParams
 from dagchain.rewards import compute_block_reward, compute_milestone_bonus, is_reward_fresh
-from dagchain.sortition import SORTITION_TAG, SortitionWindow, assignment_bound, in_warmup
+from dagchain.sortition import (
+    SORTITION_TAG,
+    SortitionWindow,
+    assignment_bound,
+    in_warmup,
+    is_sortition_fresh,
+)
 from dagchain.transactions import Transaction, TxKind
 from dagchain.types import Address, BlockId, TxId
 
@@ -211,7 +217,7 @@ def _apply_block(
     if in_warmup(ctx.peer_height, params):  # V4 / S1 (share weighting only)
         reasons.extend(bytes([Reason.WARMUP]) * len(rest))
         rest = ()
-    elif height - ctx.milestone_link_height > params.sortition_freshness or not first_child:
+    elif not is_sortition_fresh(height, ctx.milestone_link_height, params) or not first_child:
         reasons.extend(bytes([Reason.SORTITION]) * len(rest))  # V5 / S6, S7
         rest = ()
     factor, bound = assignment_bound(ctx.window, ctx.hash_rate, params)

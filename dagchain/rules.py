@@ -27,6 +27,7 @@ __all__ = [
     "check_timestamp_order",
     "check_tip_list",
     "check_tips_root",
+    "is_head_too_new",
     "is_monotonic_milestone_link",
     "is_punctual",
     "is_recent_tip_candidate",
@@ -154,6 +155,14 @@ def catch_up_height(previous_msh: int, params: ConsensusParams) -> int:
 def is_recent_tip_candidate(best_height: int, ms_link_height: int, params: ConsensusParams) -> bool:
     """§3.4 (policy): a tip candidate's milestone link is within ``punctuality/2`` of the head."""
     return best_height - ms_link_height <= params.punctuality // 2
+
+
+def is_head_too_new(head_timestamp_ms: int, now_ms: int, params: ConsensusParams) -> bool:
+    """§3.4 (policy): is ts(head) beyond now + ``max_future_drift``/2 (do not link it yet)?
+
+    Waiting so keeps slower receivers from DROPping the new block under H11.
+    """
+    return head_timestamp_ms > now_ms + params.max_future_drift_ms // 2
 
 
 def is_stale_relay(ms_link_height: int, best_height: int, params: ConsensusParams) -> bool:

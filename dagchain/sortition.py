@@ -24,6 +24,7 @@ __all__ = [
     "compute_sortition_distance",
     "compute_window_span",
     "in_warmup",
+    "is_sortition_fresh",
     "is_tx_assigned",
     "span_floor_ms",
 ]
@@ -73,6 +74,11 @@ def compute_window_span(
 ) -> int:
     """S2: S = max(S_floor, ts(M) - ts(milestone_link(b_K))), in ms, from milestone timestamps."""
     return max(span_floor_ms(params), ms_link_timestamp_ms - kth_ms_link_timestamp_ms)
+
+
+def is_sortition_fresh(ls_height: int, ms_link_height: int, params: ConsensusParams) -> bool:
+    """S6: LS height(B) - height(milestone link of B) ≤ ``sortition_freshness``."""
+    return ls_height - ms_link_height <= params.sortition_freshness
 
 
 def in_warmup(peer_height: int, params: ConsensusParams) -> bool:

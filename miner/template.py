@@ -24,7 +24,12 @@ from dagchain.crypto import hash32
 from dagchain.encoding import pack
 from dagchain.mempool import Mempool
 from dagchain.pow import encode_compact
-from dagchain.sortition import assignment_bound, compute_sortition_distance, in_warmup
+from dagchain.sortition import (
+    assignment_bound,
+    compute_sortition_distance,
+    in_warmup,
+    is_sortition_fresh,
+)
 from dagchain.transactions import Transaction, TxKind, TxOut, make_transaction
 from dagchain.types import Address, BlockId, TxId
 
@@ -225,9 +230,7 @@ def _milestone_link(chain: Chain, previous: bytes, now_ms: int) -> tuple[BlockId
     p = chain.params
     head = chain.best_id
     head_block = chain.get_block(head)
-    if head_block is not None and head_block.header.timestamp_ms > now_ms + (
-        p.max_future_drift_ms // 2
-    ):
+    if head_block is not None and rules.is_head_too_new(head_block.header.timestamp_ms, now_ms, p):
         raise TemplateUnavailable("head-in-future", "the best milestone is ahead of our clock")
     best_height = chain.best_height
     if previous == chain.genesis_id:
@@ -318,9 +321,10 @@ def _recently_packed(chain: Chain) -> set[TxId]:
             continue  # a registration block's other txs are INVALID (R3)
         if in_warmup(meta.peer_height, p):
             continue  # its txs are INVALID (warmup): they do not count as packed
-        if best_height - meta.ms_link_height >= SKIP_AFTER_MILESTONES:
-            continue
-        if best_height + 1 - meta.ms_link_height > p.sortition_freshness:
+        age = best_height - meta.ms_link_height  # milestones since its milestone link
+        if age >= SKIP_AFTER_MILESTONES:
+            continue  # offered again after 3 milestones without confirmation
+        if not is_sortition_fresh(best_height + 1, meta.ms_link_height, p):
             continue  # S6 would fail at the next LS height
         if not rules.is_recent_tip_candidate(best_height, meta.ms_link_height, p):
             continue

@@ -302,16 +302,6 @@ def block_frame_milestone_link(raw: bytes) -> bytes | None:
     return bytes(raw[3 + MS_LINK_OFFSET : 3 + MS_LINK_OFFSET + 32])
 
 
-def is_stale_relay(ms_link_height: int, best_height: int, punctuality: int) -> bool:
-    """P14 (policy): a relayed block whose milestone link is ``punctuality`` or more below our
-    best milestone height may be dropped (no penalty, not remembered).
-
-    Only for relayed blocks (pushed, or fetched after an ``inv``); the caller exempts blocks
-    fetched for an orphan or during sync (P9), so a node catching up is never slowed by it.
-    """
-    return best_height - ms_link_height >= punctuality
-
-
 def is_solicited_reply(
     msg: object, pending_items: AbstractSet[bytes], requests: Mapping[str, object]
 ) -> bool:
@@ -450,7 +440,6 @@ __all__ = [
     "block_frame_milestone_link",
     "charge_inbound",
     "is_solicited_reply",
-    "is_stale_relay",
     "plan_block_relay",
     "plan_tx_announcements",
     "score_block_error",

@@ -24,9 +24,10 @@ from dagchain.ledger import LevelSetDelta
 from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolError
 from dagchain.params import ConsensusParams
 from dagchain.pool_policy import follow_reorg
+from dagchain.rules import is_stale_relay
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import BlockId, TxId
-from node.gossip import block_frame_milestone_link, is_stale_relay
+from node.gossip import block_frame_milestone_link
 
 __all__ = ["EventKind", "NodeEvent", "NodeService"]
 
@@ -279,7 +280,7 @@ class NodeService:
         if snap is None:  # unknown link (ORPHAN) or not a milestone (D3): the core decides
             return None
         best = self.chain.best_height
-        if not is_stale_relay(snap.height, best, self.params.punctuality):
+        if not is_stale_relay(snap.height, best, self.params):
             return None
         if self.chain.orphans and BlockId(block_id) in self.chain.orphans.missing_links():
             return None

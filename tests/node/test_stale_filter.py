@@ -21,8 +21,8 @@ from aiohttp.test_utils import TestServer
 from dagchain.blocks import Block
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
+from dagchain.rules import is_stale_relay
 from node import wire
-from node.gossip import is_stale_relay
 from node.peers import PeerManager
 from node.service import NodeService
 from tests.dagchain.builders import address_of_secret, secret_of
@@ -165,10 +165,10 @@ async def h(chain_blocks: list[Block]) -> AsyncIterator[Harness]:
 
 
 def test_the_stale_test_is_punctuality_or_more_below_the_best_height() -> None:
-    assert is_stale_relay(5, 25, 20)
-    assert is_stale_relay(0, 25, 20)
-    assert not is_stale_relay(6, 25, 20)
-    assert not is_stale_relay(25, 25, 20)
+    assert is_stale_relay(5, 25, DEVNET)
+    assert is_stale_relay(0, 25, DEVNET)
+    assert not is_stale_relay(6, 25, DEVNET)
+    assert not is_stale_relay(25, 25, DEVNET)
 
 
 async def test_a_pushed_stale_block_is_dropped_unpenalised_and_a_later_orphan_fetch_works(
