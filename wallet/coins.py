@@ -1,19 +1,16 @@
-"""The wallet's side of the HTTP API: a small node client, coin selection and payments.
+"""Coins and payments: coin selection, signed transfers, and the wallet's reads of a node.
 
 Pure parts (``select_coins``, ``build_payment``) take plain values and are tested without a
-node; :class:`NodeClient` wraps the ``/v1`` endpoints of INTERFACES.md that the wallet and the
-load generator use. Keys never leave this process: txs are signed here (BIP340 with fresh
-``os.urandom`` aux randomness) and only their canonical bytes go to the node.
+node; ``node_network`` and ``fetch_utxos`` read the node through :class:`apiclient.NodeApi`.
+Keys never leave this process: txs are signed here (BIP340 with fresh ``os.urandom`` aux
+randomness) and only their canonical bytes go to the node.
 """
 
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self, final
 
-import aiohttp
-
+from apiclient import ApiError, NodeApi, NodeUnreachable
 from dagchain.crypto import address_from_pubkey, decode_address, xonly_pubkey
 from dagchain.errors import EncodingError
 from dagchain.params import DEVNET, MAINNET, TESTNET, ConsensusParams
@@ -22,18 +19,18 @@ from dagchain.types import Address, TxId
 
 __all__ = [
     "NETWORKS",
-    "ApiAnswer",
-    "NodeClient",
     "Utxo",
     "WalletError",
     "address_of",
+    "api_error",
     "build_payment",
+    "fetch_utxos",
+    "node_network",
     "parse_address",
     "select_coins",
 ]
 
 NETWORKS: dict[str, ConsensusParams] = {"mainnet": MAINNET, "testnet": TESTNET, "devnet": DEVNET}
-REQUEST_TIMEOUT_S = 15.0
 
 
 class WalletError(Exception):
@@ -132,110 +129,48 @@ def build_payment(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ApiAnswer:
-    """An HTTP status and its decoded JSON body."""
-
-    status: int
-    body: Any
-
-    @property
-    def error_code(self) -> str:
-        """``error.code`` of an error answer, else ''."""
-        if isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
-            return str(self.body["error"].get("code", ""))
-        return ""
-
-    @property
-    def error_message(self) -> str:
-        """``error.message`` of an error answer, else the body as text."""
-        if isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
-            return str(self.body["error"].get("message", ""))
-        return str(self.body)
+def api_error(exc: ApiError) -> WalletError:
+    """The one-line wallet error of a failed API call."""
+    if isinstance(exc, NodeUnreachable):
+        return WalletError(f"cannot reach node at {exc.url}: {exc.message.rpartition(': ')[2]}")
+    return WalletError(
+        f"node answered {exc.method} {exc.path} with HTTP {exc.status}: {exc.message}"
+    )
 
 
-@final
-class NodeClient:
-    """An aiohttp session on one node's ``/v1`` API (use as an async context manager)."""
+async def node_network(api: NodeApi) -> ConsensusParams:
+    """The node's network parameters (from ``GET /v1/status``).
 
-    def __init__(self, url: str, connections: int = 64) -> None:
-        self.url = url.rstrip("/")
-        self._connections = connections
-        self._session: aiohttp.ClientSession | None = None
+    Raises:
+        WalletError: unreachable node or an unknown network.
+    """
+    try:
+        status = await api.status()
+    except ApiError as exc:
+        raise api_error(exc) from None
+    name = status.get("network")
+    if name not in NETWORKS:
+        raise WalletError(f"node at {api.url} reports an unknown network {name!r}")
+    return NETWORKS[str(name)]
 
-    async def __aenter__(self) -> Self:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._connections),
-            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+
+async def fetch_utxos(api: NodeApi, hrp_address: str) -> tuple[int, int, list[Utxo]]:
+    """(balance, pending_balance, UTXOs) of an address (``GET /v1/addresses``).
+
+    Raises:
+        WalletError: unreachable node or a refusal.
+    """
+    try:
+        body = await api.address(hrp_address)
+    except ApiError as exc:
+        raise api_error(exc) from None
+    utxos = [
+        Utxo(
+            TxId(bytes.fromhex(u["txid"])),
+            int(u["index"]),
+            int(u["amount"]),
+            int(u["confirmations"]),
         )
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    async def call(self, method: str, path: str, body: Any = None) -> ApiAnswer:
-        """One request.
-
-        Raises:
-            WalletError: the node cannot be reached or answers with something that is not JSON.
-        """
-        if self._session is None:
-            raise RuntimeError("NodeClient used outside 'async with'")
-        try:
-            async with self._session.request(method, self.url + path, json=body) as resp:
-                try:
-                    data = await resp.json(content_type=None)
-                except ValueError:
-                    raise WalletError(
-                        f"node at {self.url} answered {path} with non-JSON (HTTP {resp.status})"
-                    ) from None
-                return ApiAnswer(resp.status, data)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            reason = str(exc) or type(exc).__name__
-            raise WalletError(f"cannot reach node at {self.url}: {reason}") from None
-
-    async def get(self, path: str) -> Any:
-        """GET returning the JSON body of a 2xx answer.
-
-        Raises:
-            WalletError: unreachable node or a non-2xx answer.
-        """
-        answer = await self.call("GET", path)
-        if answer.status >= 300:
-            raise WalletError(
-                f"node answered GET {path} with HTTP {answer.status}: {answer.error_message}"
-            )
-        return answer.body
-
-    async def network(self) -> ConsensusParams:
-        """The node's network parameters (from ``GET /v1/status``).
-
-        Raises:
-            WalletError: unreachable node or an unknown network.
-        """
-        status = await self.get("/v1/status")
-        name = status.get("network") if isinstance(status, dict) else None
-        if name not in NETWORKS:
-            raise WalletError(f"node at {self.url} reports an unknown network {name!r}")
-        return NETWORKS[str(name)]
-
-    async def utxos(self, hrp_address: str) -> tuple[int, int, list[Utxo]]:
-        """(balance, pending_balance, UTXOs) of an address (``GET /v1/addresses``)."""
-        body = await self.get(f"/v1/addresses/{hrp_address}")
-        utxos = [
-            Utxo(
-                TxId(bytes.fromhex(u["txid"])),
-                int(u["index"]),
-                int(u["amount"]),
-                int(u["confirmations"]),
-            )
-            for u in body["utxos"]
-        ]
-        return int(body["balance"]), int(body["pending_balance"]), utxos
-
-    async def submit(self, raw: bytes) -> ApiAnswer:
-        """``POST /v1/txs``: 202 accepted, 400 invalid, 409 conflict or spent, 503 pool full."""
-        return await self.call("POST", "/v1/txs", {"raw": raw.hex()})
+        for u in body["utxos"]
+    ]
+    return int(body["balance"]), int(body["pending_balance"]), utxos

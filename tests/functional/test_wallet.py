@@ -71,10 +71,10 @@ def miners() -> Iterator[list[Miner]]:
 def wallet(
     *args: str, password: str = "pw-1", check: bool = True, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``dagchain-wallet`` (as ``python -m node.wallet``) with the password in the env."""
+    """Run ``dagchain-wallet`` (as ``python -m wallet.cli``) with the password in the env."""
     env = {**os.environ, "DAGCHAIN_WALLET_PASSWORD": password}
     result = subprocess.run(
-        [sys.executable, "-m", "node.wallet", *args],
+        [sys.executable, "-m", "wallet.cli", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

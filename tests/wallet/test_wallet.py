@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from apiclient import ApiError
 from dagchain.crypto import encode_address
 from dagchain.params import DEVNET
 from dagchain.transactions import (
@@ -16,16 +17,15 @@ from dagchain.transactions import (
     validate_tx_stateless,
 )
 from dagchain.types import TxId
-from node import wallet
-from node.loadgen import LoadConfig, _Run, coins_needed, duplicate_rate, fanout_plan, percentile
-from node.walletclient import (
-    ApiAnswer,
+from wallet import cli as wallet
+from wallet.coins import (
     Utxo,
     WalletError,
     address_of,
     build_payment,
     select_coins,
 )
+from wallet.loadgen import LoadConfig, _Run, coins_needed, duplicate_rate, fanout_plan, percentile
 
 FAST = (2**4, 8, 1)  # tests only: the CLI always uses n = 2^15
 SECRET = (7).to_bytes(32, "big")
@@ -235,20 +235,20 @@ def test_funding_covers_a_short_run_and_a_recycle_window_of_a_long_one() -> None
 
 
 class _BusyCoinNode:
-    """A fake NodeClient: 409 ``conflict`` for a tx spending a coin a pool tx already spends."""
+    """A fake NodeApi: 409 ``conflict`` for a tx spending a coin a pool tx already spends."""
 
     def __init__(self, busy: set[tuple[TxId, int]]) -> None:
         self.busy = busy
         self.posted: list[list[tuple[TxId, int]]] = []
 
-    async def submit(self, raw: bytes) -> ApiAnswer:
+    async def submit_tx(self, raw: bytes) -> str:
         tx = decode_transaction(raw, DEVNET)
         spent = [(TxId(i.txid), i.out_index) for i in tx.inputs]
         self.posted.append(spent)
         if self.busy & set(spent):
-            error = {"code": "conflict", "message": "an input is spent by a pool tx"}
-            return ApiAnswer(409, {"error": error})
-        return ApiAnswer(202, {"txid": tx.txid.hex()})
+            message = "an input is spent by a pool tx"
+            raise ApiError(409, "conflict", message, None, "POST", "/v1/txs")
+        return tx.txid.hex()
 
 
 async def test_load_funding_sets_aside_coins_that_pool_txs_already_spend() -> None:
