@@ -417,8 +417,9 @@ async def settle_payment(
                     f"paid again from other coins as tx {tx.txid.hex()}"
                 )
         except NodeUnreachable as exc:
+            if state != "unreachable":  # one line per outage
+                say(f"node unreachable ({exc.message}); asking again until it answers")
             state = "unreachable"
-            say(f"node unreachable ({exc.message}); asking again")
         await asyncio.sleep(min(TRACK_POLL_S, max(0.0, deadline - time.monotonic())))
     raise WalletError(
         f"tx {tx.txid.hex()} not confirmed within {timeout_s:g} s (last status: {state})"

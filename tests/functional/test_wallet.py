@@ -195,18 +195,27 @@ def test_send_wait_resubmits_a_payment_the_restarted_node_forgot(
 ) -> None:
     node = network.start(1)[0]
     to = encode_address(DEVNET.hrp, bytes(range(1, 33)))
-    out, err = (tmp_path / "send.out").open("w+"), (tmp_path / "send.err").open("w+")
+    out, err = tmp_path / "send.out", tmp_path / "send.err"
     log.info("send --wait with no miner running: the payment waits in the node's pool")
-    send = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "wallet.cli", "--devnet-faucet", "send", "--node", node.url),
-            *("--to", to, "--amount", "123456", "--wait", "90"),
-        ],
-        cwd=REPO_ROOT,
-        stdout=out,
-        stderr=err,
-        start_new_session=True,
-    )
+    with out.open("w") as out_file, err.open("w") as err_file:
+        send = subprocess.Popen(
+            [
+                *(
+                    sys.executable,
+                    "-m",
+                    "wallet.cli",
+                    "--devnet-faucet",
+                    "send",
+                    "--node",
+                    node.url,
+                ),
+                *("--to", to, "--amount", "123456", "--wait", "90"),
+            ],
+            cwd=REPO_ROOT,
+            stdout=out_file,
+            stderr=err_file,
+            start_new_session=True,
+        )
     try:
         wait_until(lambda: node.api.mempool()["size"] == 1, 30, "the payment in the pool")
         (txid,) = node.api.mempool()["txids"]
@@ -216,15 +225,13 @@ def test_send_wait_resubmits_a_payment_the_restarted_node_forgot(
         node.start()
         assert node.api.tx(txid)["status"] in ("unknown", "mempool")
         miners.append(Miner(node, tmp_path / "miner" / "data", rate=8))
-        assert send.wait(120) == 0, err.seek(0) or err.read()
+        assert send.wait(120) == 0, err.read_text()
     finally:
         if send.poll() is None:
             send.kill()
             send.wait(5)
-    out.seek(0)
-    err.seek(0)
-    stderr = err.read()
-    assert out.read().strip() == txid, stderr
+    stderr = err.read_text()
+    assert out.read_text().strip() == txid, stderr
     assert "unknown to the node (dropped from its pool): resubmitted" in stderr
     assert node.api.tx(txid)["status"] == "confirmed"
     assert ledger(node, to)["balance"] == "123456"
