@@ -306,7 +306,7 @@ def main() -> int:
             flush=True,
         )
         load_cmd = [
-            *(PY, "-m", "node.wallet", "--devnet-faucet", "load", "--node", load_url),
+            *(PY, "-m", "wallet.cli", "--devnet-faucet", "load", "--node", load_url),
             *("--rate", str(args.rate), "--duration", str(args.duration)),
             *("--accounts", str(args.accounts), "--max-in-flight", str(args.max_in_flight)),
             *("--confirm-timeout", "60", "--report", str(root / "load.json")),

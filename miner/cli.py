@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-import aiohttp
-
+from apiclient import ApiError, NodeApi, NodeUnreachable
+from apiclient.core import Token
 from dagchain.crypto import decode_address
 from dagchain.errors import DagchainError
 from dagchain.params import get_params
@@ -100,37 +100,31 @@ def _dagchain_home() -> Path:
     return Path(os.path.expanduser("~")) / ".dagchain"
 
 
-def _describe(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
-
-
 def _fail(message: str) -> NoReturn:
     print(f"dagchain-miner: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_USER_ERROR)
 
 
-async def _node_network(session: aiohttp.ClientSession, node: str) -> str:
+async def _node_network(api: NodeApi) -> str:
     """The node's network name from ``GET /v1/status`` (no token needed)."""
-    url = node.rstrip("/") + "/v1/status"
+    url = api.url + "/v1/status"
     try:
-        async with session.get(url) as resp:
-            if resp.status != 200:
-                raise MinerError(f"{url} answered {resp.status}; is this a dagchain node?")
-            body = await resp.json(content_type=None)
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise MinerError(f"cannot reach the node at {node}: {_describe(exc)}") from exc
-    except ValueError as exc:
-        raise MinerError(f"{url} did not answer JSON; is this a dagchain node?") from exc
-    network = body.get("network") if isinstance(body, dict) else None
+        body = await api.status()
+    except NodeUnreachable as exc:
+        raise MinerError(f"cannot reach the node at {api.url}: {exc.message}") from exc
+    except ApiError as exc:
+        if exc.code == "bad-json":
+            raise MinerError(f"{url} did not answer JSON; is this a dagchain node?") from exc
+        raise MinerError(f"{url} answered {exc.status}; is this a dagchain node?") from exc
+    network = body.get("network")
     if not isinstance(network, str):
         raise MinerError(f"{url} did not name its network")
     return network
 
 
 async def _mine(args: argparse.Namespace) -> int:
-    timeout = aiohttp.ClientTimeout(total=30, connect=5)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        network = await _node_network(session, args.node)
+    async with NodeApi(args.node, timeout_s=30) as api:
+        network = await _node_network(api)
         try:
             params = get_params(network)
         except KeyError as exc:
@@ -147,6 +141,7 @@ async def _mine(args: argparse.Namespace) -> int:
             token = token_file.read_text().strip()
         except OSError as exc:
             raise MinerError(f"cannot read the API token from {token_file}: {exc}") from exc
+        api.token = Token(token, token_file)
         cfg = MinerConfig(
             node=args.node,
             payout=payout,
@@ -162,11 +157,11 @@ async def _mine(args: argparse.Namespace) -> int:
             status_interval_s=args.status_interval,
             token_file=token_file,
         )
-        miner = Miner(cfg, session, out=lambda line: print(line, flush=True))
+        miner = Miner(cfg, api, out=lambda line: print(line, flush=True))
         try:
             return await _run_until_signal(miner)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise MinerError(f"lost the node at {args.node}: {_describe(exc)}") from exc
+        except ApiError as exc:
+            raise MinerError(f"lost the node at {args.node}: {exc}") from exc
 
 
 async def _run_until_signal(miner: Miner) -> int:

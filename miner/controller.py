@@ -30,6 +30,7 @@ from typing import Any
 
 import aiohttp
 
+from apiclient import ApiError, NodeApi, NodeUnreachable
 from dagchain.blocks import (
     NONCE_OFFSET,
     BlockHeader,
@@ -233,11 +234,11 @@ class Miner:
     def __init__(
         self,
         cfg: MinerConfig,
-        session: aiohttp.ClientSession,
+        api: NodeApi,
         out: Callable[[str], None] = print,
     ) -> None:
         self.cfg = cfg
-        self.session = session
+        self.api = api
         self.out = out
         self.secret = load_or_create_key(cfg.datadir)
         self.key_address = address_from_pubkey(xonly_pubkey(self.secret))
@@ -248,69 +249,58 @@ class Miner:
         self.best_milestone: str | None = None
         self._since_redemption = 0
         self._warned_anchor = False
-        self._headers = {"Authorization": f"Bearer {cfg.token}"}
 
     # ---- HTTP ----------------------------------------------------------------------------------
 
-    async def _request(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-        url = self.cfg.node.rstrip("/") + path
-        for attempt in range(2):
-            async with self.session.request(method, url, headers=self._headers, **kw) as resp:
-                try:
-                    body = await resp.json(content_type=None)
-                except (json.JSONDecodeError, aiohttp.ContentTypeError):
-                    body = {"error": {"code": "bad-json", "message": (await resp.text())[:200]}}
-                if resp.status not in (401, 403):
-                    return resp.status, body
-            if attempt == 0 and self._reload_token():  # a restarted node wrote a new token
-                continue
-            raise MinerError(f"the node at {self.cfg.node} rejected the API token ({resp.status})")
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _reload_token(self) -> bool:
-        """Read the token file again; True if it holds a new token."""
-        if self.cfg.token_file is None:
-            return False
-        try:
-            token = self.cfg.token_file.read_text().strip()
-        except OSError:
-            return False
-        if token == self.cfg.token:
-            return False
-        log.info("re-read the API token from %s", self.cfg.token_file)
-        self.cfg.token = token
-        self._headers = {"Authorization": f"Bearer {token}"}
-        return True
-
     async def get_template(self) -> dict[str, Any]:
-        if self.state.root is None:
-            query = {"register": self.key_address_text}
-        else:
-            query = {"root": self.state.root}
         while True:
-            status, body = await self._request("GET", "/v1/mining/template", params=query)
-            if status == 200:
-                return dict(body)
-            if status in (404, 400) and self.state.root is not None:
-                raise MinerError(f"the node does not know our peer chain {self.state.root}: {body}")
-            if status >= 500 or status == 409:  # not ready (e.g. syncing): retry
-                log.warning("template not available (%s): %s", status, body)
-                await asyncio.sleep(1)
-                continue
-            raise MinerError(f"template request failed ({status}): {body}")
+            try:
+                if self.state.root is None:
+                    return await self.api.template(register=self.key_address_text)
+                return await self.api.template(root=self.state.root)
+            except NodeUnreachable:
+                raise
+            except ApiError as exc:
+                self._check_token(exc)
+                if exc.status in (404, 400) and self.state.root is not None:
+                    raise MinerError(
+                        f"the node does not know our peer chain {self.state.root}: {exc.message}"
+                    ) from None
+                if exc.status >= 500 or exc.status == 409:  # not ready (e.g. syncing): retry
+                    log.warning("template not available (%s): %s", exc.status, exc.message)
+                    await asyncio.sleep(1)
+                    continue
+                raise MinerError(f"template request failed ({exc.status}): {exc.body}") from None
+
+    def _check_token(self, exc: ApiError) -> None:
+        """401/403 after the client re-read the token file: a user error."""
+        if exc.status in (401, 403):
+            raise MinerError(
+                f"the node at {self.cfg.node} rejected the API token ({exc.status})"
+            ) from None
 
     async def submit(self, raw: bytes) -> tuple[int, dict[str, Any]]:
-        status, body = await self._request("POST", "/v1/mining/submit", json={"raw": raw.hex()})
-        return status, dict(body)
+        """(status, body): 200 accepted, 202 orphan held, or the refusal's 4xx/5xx and body."""
+        try:
+            answer = await self.api.submit_block(raw)
+        except NodeUnreachable:
+            raise
+        except ApiError as exc:
+            self._check_token(exc)
+            body = exc.body if isinstance(exc.body, dict) else {"error": {"code": exc.code}}
+            return exc.status, dict(body)
+        return answer.status, dict(answer.body)
 
     # ---- events --------------------------------------------------------------------------------
 
     async def follow_events(self) -> None:
         """Abort the running search on every new milestone or reorganisation (reconnects)."""
-        url = self.cfg.node.rstrip("/") + "/v1/events"
         while True:
             try:
-                async with self.session.ws_connect(url, headers=self._headers, heartbeat=20) as ws:
+                headers = self.api.token.header()
+                async with self.api.session.ws_connect(
+                    self.api.events_url, headers=headers, heartbeat=20
+                ) as ws:
                     async for msg in ws:
                         if msg.type == aiohttp.WSMsgType.TEXT:
                             self.on_event(json.loads(msg.data))
@@ -433,9 +423,9 @@ class Miner:
                         await asyncio.sleep(wait)
                     try:
                         accepted = await self.mine_one(pool)
-                    except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                    except NodeUnreachable as exc:
                         # the node restarts or is busy: keep the peer chain, try again
-                        log.warning("node unreachable (%s); retrying in 1 s", _describe(exc))
+                        log.warning("node unreachable (%s); retrying in 1 s", exc.message)
                         await asyncio.sleep(1)
                         continue
                     if accepted:
@@ -457,10 +447,6 @@ class Miner:
             await asyncio.sleep(self.cfg.status_interval_s)
             self.out(self.stats.line(prev))
             prev = Stats(hashes=self.stats.hashes, search_s=self.stats.search_s)
-
-
-def _describe(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
 
 
 def _kernel_name() -> str:

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import ctypes
 import importlib.util
-import json
 import os
 import random
 import re
@@ -28,8 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: import dagchain from it
     sys.path.insert(0, str(REPO_ROOT))
 
+from apiclient import ApiError, SyncNodeApi  # noqa: E402
 from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey  # noqa: E402
 from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET  # noqa: E402
 from dagchain.params import DEVNET  # noqa: E402
@@ -89,27 +87,6 @@ def pick_port(preferred: int | None) -> int:
     if preferred is not None and port_free(preferred):
         return preferred
     return free_port()
-
-
-def http_json(url: str, body: Any = None, timeout: float = 2.0) -> tuple[int, Any]:
-    """One JSON request; (status, parsed body). Raises OSError when the node does not answer."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read() or b"null")
-        except ValueError:
-            return exc.code, None
-
-
-def http_text(url: str, timeout: float = 2.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return str(resp.read().decode())
 
 
 def _die_with_parent() -> None:
@@ -208,6 +185,7 @@ class FaucetLoad:
 
     def __init__(self, node_url: str, tps: float, stop: threading.Event) -> None:
         self.node_url = node_url
+        self.api = SyncNodeApi(node_url, timeout_s=2.0)
         self.tps = tps
         self.stop = stop
         self.sent = 0
@@ -219,8 +197,9 @@ class FaucetLoad:
         self.faucet_hex = FAUCET_ADDRESS.hex()
 
     def spendable(self) -> list[tuple[str, int, int]]:
-        status, body = http_json(f"{self.node_url}/v1/addresses/{self.faucet_hex}")
-        if status != 200 or not isinstance(body, dict):
+        try:
+            body = self.api.address(self.faucet_hex)
+        except ApiError:
             return []
         out = []
         for u in body.get("utxos", []):
@@ -246,8 +225,13 @@ class FaucetLoad:
             DEVNET,
             aux_rand=self.rng.randbytes(32),
         )
-        status, _ = http_json(f"{self.node_url}/v1/txs", {"raw": tx.raw.hex()})
-        return status == 202
+        try:
+            self.api.submit_tx(tx.raw)
+        except ApiError as exc:
+            if exc.status == 0:
+                raise
+            return False
+        return True
 
     def run(self) -> None:
         interval = 1.0 / self.tps
@@ -264,7 +248,7 @@ class FaucetLoad:
                         self.sent += 1
                     else:
                         self.rejected += 1
-            except (OSError, ValueError, KeyError):
+            except (ApiError, ValueError, KeyError):
                 queue = []  # the node is busy or restarting: try again next tick
             self.stop.wait(max(0.05, interval - (time.monotonic() - started)))
 
@@ -386,9 +370,9 @@ class Devnet:
         while time.monotonic() < deadline and not self.stop.is_set():
             if not node.child.running():
                 raise ChildFailed(node.child)
-            with contextlib.suppress(OSError, ValueError):
-                if http_json(f"{node.url}/v1/status", timeout=1.0)[0] == 200:
-                    return
+            with contextlib.suppress(ApiError):
+                SyncNodeApi(node.url).status(timeout_s=1.0)
+                return
             self.stop.wait(0.2)
         if not self.stop.is_set():
             raise ChildFailed(node.child, f"did not answer within {STARTUP_TIMEOUT_S:.0f} s")
@@ -419,11 +403,11 @@ class Devnet:
             return
         node = self.nodes[1 % len(self.nodes)]
         use_wallet = self.args.load == "wallet" or (
-            self.args.load == "auto" and importlib.util.find_spec("node.wallet") is not None
+            self.args.load == "auto" and importlib.util.find_spec("wallet.cli") is not None
         )
         if use_wallet:
             cmd = [
-                sys.executable, "-m", "node.wallet", "--devnet-faucet", "load", "--node", node.url,
+                sys.executable, "-m", "wallet.cli", "--devnet-faucet", "load", "--node", node.url,
                 "--rate", str(self.args.tps), "--duration", "86400",
             ]  # fmt: skip
             self.wallet_load = Child("load", cmd, self.root / "load.log")
@@ -472,15 +456,14 @@ class Devnet:
         now = time.monotonic()
         for node, sample in zip(self.nodes, self.samples, strict=True):
             try:
-                _, s = http_json(f"{node.url}/v1/status", timeout=1.0)
+                api = SyncNodeApi(node.url, timeout_s=1.0)
+                s = api.status()
                 sample.height = int(s["best_milestone"]["height"])
                 sample.blocks = int(s["blocks"])
                 sample.peers = int(s["peers"])
                 sample.mempool = int(s["mempool"]["size"])
-                confirmed = _metric(
-                    http_text(f"{node.url}/metrics", 1.0), "dagchain_txs_confirmed_total"
-                )
-            except (OSError, ValueError, KeyError, TypeError):
+                confirmed = _metric(api.text("/metrics"), "dagchain_txs_confirmed_total")
+            except (ApiError, ValueError, KeyError, TypeError):
                 continue
             if confirmed is not None:
                 sample.confirmed.append((now, confirmed))

@@ -3,8 +3,9 @@
 - :class:`TestNetwork` starts N devnet nodes (``python -m node.cli start``) with temporary
   datadirs and free ports, wires them with ``--peer``, and kills every process at cleanup. On a
   failing test the fixture prints each node's log.
-- :class:`NodeProcess` is one daemon plus a small JSON API client (bearer token read from
-  ``<datadir>/api.token``).
+- :class:`NodeProcess` is one daemon plus its API client, ``node.api``: an
+  :class:`apiclient.SyncNodeApi` (bearer token read from ``<datadir>/api.token``, re-read after
+  a restart), so tests call the node through the same typed client as the wallet and the miner.
 - :class:`BlockFactory` builds real-PoW devnet blocks against its own local ``Chain`` replica
   (devnet: nearly every hash is a block), so tests submit valid blocks without a miner.
 - :class:`FakePeer` speaks the wire protocol from a background thread, for hostile-peer tests.
@@ -24,14 +25,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from apiclient import ApiError, NodeUnreachable, SyncNodeApi, endpoints
 from dagchain.blocks import Block
 from dagchain.chain import BlockStatus, Chain
 from dagchain.genesis import FAUCET_ADDRESS
@@ -57,7 +57,7 @@ def wait_until(predicate: Callable[[], object], timeout: float = 30.0, what: str
             if predicate():
                 return
             last_error = None
-        except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+        except (OSError, NodeUnreachable, ValueError, KeyError) as exc:
             last_error = exc
         time.sleep(delay)
         delay = min(delay * 1.5, 0.25)
@@ -70,15 +70,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-class ApiError(Exception):
-    """A non-2xx API answer."""
-
-    def __init__(self, status: int, body: Any) -> None:
-        super().__init__(f"HTTP {status}: {body}")
-        self.status = status
-        self.body = body
 
 
 class NodeProcess:
@@ -103,6 +94,8 @@ class NodeProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = datadir.parent / f"{self.name}.log"
         self._log_file: Any = None
+        self.api = SyncNodeApi(self.url, token_file=datadir / "api.token", timeout_s=10.0)
+        """The typed API client (apiclient); ``request`` is its untyped escape hatch."""
 
     @property
     def p2p_address(self) -> str:
@@ -162,7 +155,7 @@ class NodeProcess:
             raise AssertionError(f"{self.name} exited:\n{self.log_tail()}")
         try:
             self.status()
-        except (OSError, urllib.error.URLError, ApiError):
+        except ApiError:
             return False
         return True
 
@@ -217,28 +210,12 @@ class NodeProcess:
     def request(
         self, method: str, path: str, body: Any = None, auth: bool = False, timeout: float = 10.0
     ) -> Any:
-        """One JSON API call; raises ApiError on a non-2xx status."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if auth:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                payload = json.loads(raw)
-            except ValueError:
-                payload = raw.decode(errors="replace")
-            raise ApiError(exc.code, payload) from None
+        """One JSON API call; raises ApiError on a non-2xx status (NodeUnreachable: no answer)."""
+        return self.api.run(endpoints.raw(method, path, body, auth), timeout)
 
     def status(self) -> dict[str, Any]:
         """GET /v1/status."""
-        result: dict[str, Any] = self.request("GET", "/v1/status", timeout=3.0)
-        return result
+        return self.api.status(timeout_s=3.0)
 
     def best(self) -> tuple[str, int]:
         """(best milestone hash, height)."""
@@ -256,26 +233,22 @@ class NodeProcess:
         return True
 
     def submit_block(self, block: Block) -> dict[str, Any]:
-        """POST /v1/mining/submit."""
-        result: dict[str, Any] = self.request(
-            "POST", "/v1/mining/submit", {"raw": block.raw.hex()}, auth=True
-        )
-        return result
+        """POST /v1/mining/submit: the answer's body (200 accepted/duplicate, 202 orphan)."""
+        body: dict[str, Any] = self.api.submit_block(block.raw).body
+        return body
 
     def peer_count(self) -> int:
         """Connected peers."""
-        return len(self.request("GET", "/v1/peers"))
+        return len(self.api.peers())
 
     def peer_rows(self) -> list[dict[str, Any]]:
         """GET /v1/peers: one row per connected peer."""
-        rows: list[dict[str, Any]] = self.request("GET", "/v1/peers")
-        return rows
+        return self.api.peers()
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of GET /metrics (0.0 if absent), e.g. ``metric("dagchain_rejected_total",
         kind="block", reason="P14")``."""
-        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
-            text = resp.read().decode()
+        text = self.api.text("/metrics")
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         sample = f"{name}{{{want}}}" if labels else name
         for line in text.splitlines():

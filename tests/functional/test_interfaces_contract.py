@@ -36,9 +36,9 @@ from dagchain.params import DEVNET
 from miner.cli import build_benchmark_parser, build_mine_parser
 from node.cli import build_parser as node_parser
 from node.config import load_config
-from node.wallet import build_parser as wallet_parser
 from tests.dagchain.chainkit import key, transfer
 from tests.functional.framework import BlockFactory, NodeProcess, network_context
+from wallet.cli import build_parser as wallet_parser
 
 pytestmark = pytest.mark.integration
 
@@ -514,7 +514,7 @@ def test_console_scripts_are_installed() -> None:
     for name, target in (
         ("dagchain-node", "node.cli:main"),
         ("dagchain-miner", "miner.cli:main"),
-        ("dagchain-wallet", "node.wallet:main"),
+        ("dagchain-wallet", "wallet.cli:main"),
         ("dagchain-sim", "simulator.cli:main"),
     ):
         assert scripts.get(name) == target, name

@@ -4,6 +4,8 @@
   the ledger of every node.
 - Mempool across a restart: a conflicting spend is refused with 409; after a restart the pool is
   empty (not persisted, docs/node.md) and the same tx is accepted again.
+- ``send --wait`` across a node restart: the payment the restarted node forgot (its pool is not
+  kept) is resubmitted by the wallet and confirms.
 - A bounded load run (8 tx/s for 15 s): every accepted tx is VALID in exactly one best-chain
   block on every node, and no coin is created or lost.
 """
@@ -71,10 +73,10 @@ def miners() -> Iterator[list[Miner]]:
 def wallet(
     *args: str, password: str = "pw-1", check: bool = True, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``dagchain-wallet`` (as ``python -m node.wallet``) with the password in the env."""
+    """Run ``dagchain-wallet`` (as ``python -m wallet.cli``) with the password in the env."""
     env = {**os.environ, "DAGCHAIN_WALLET_PASSWORD": password}
     result = subprocess.run(
-        [sys.executable, "-m", "node.wallet", *args],
+        [sys.executable, "-m", "wallet.cli", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -186,6 +188,53 @@ def test_conflicts_get_409_and_the_mempool_is_not_kept_across_a_restart(
     with pytest.raises(ApiError) as again:
         node.request("POST", "/v1/txs", {"raw": first.hex()})
     assert again.value.status == 409  # first seen wins again, now for the rival
+
+
+def test_send_wait_resubmits_a_payment_the_restarted_node_forgot(
+    network: TestNetwork, miners: list[Miner], tmp_path: Path
+) -> None:
+    node = network.start(1)[0]
+    to = encode_address(DEVNET.hrp, bytes(range(1, 33)))
+    out, err = tmp_path / "send.out", tmp_path / "send.err"
+    log.info("send --wait with no miner running: the payment waits in the node's pool")
+    with out.open("w") as out_file, err.open("w") as err_file:
+        send = subprocess.Popen(
+            [
+                *(
+                    sys.executable,
+                    "-m",
+                    "wallet.cli",
+                    "--devnet-faucet",
+                    "send",
+                    "--node",
+                    node.url,
+                ),
+                *("--to", to, "--amount", "123456", "--wait", "90"),
+            ],
+            cwd=REPO_ROOT,
+            stdout=out_file,
+            stderr=err_file,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: node.api.mempool()["size"] == 1, 30, "the payment in the pool")
+        (txid,) = node.api.mempool()["txids"]
+
+        log.info("Restart the node: it forgets the payment; then a miner starts")
+        assert node.stop() == 0
+        node.start()
+        assert node.api.tx(txid)["status"] in ("unknown", "mempool")
+        miners.append(Miner(node, tmp_path / "miner" / "data", rate=8))
+        assert send.wait(120) == 0, err.read_text()
+    finally:
+        if send.poll() is None:
+            send.kill()
+            send.wait(5)
+    stderr = err.read_text()
+    assert out.read_text().strip() == txid, stderr
+    assert "unknown to the node (dropped from its pool): resubmitted" in stderr
+    assert node.api.tx(txid)["status"] == "confirmed"
+    assert ledger(node, to)["balance"] == "123456"
 
 
 def valid_inclusions(node: NodeProcess) -> Counter[str]:

@@ -26,7 +26,7 @@ def _miner(tmp_path: Path, redeem_every: int = 2) -> Miner:
         params=DEVNET,
         redeem_every=redeem_every,
     )
-    return Miner(cfg, session=None)  # type: ignore[arg-type]
+    return Miner(cfg, api=None)  # type: ignore[arg-type]
 
 
 def _template(miner: Miner, redeemable: int = 500, anchor: str = ANCHOR) -> dict[str, Any]:

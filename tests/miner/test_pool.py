@@ -86,7 +86,7 @@ def test_a_milestone_event_aborts_the_running_search(tmp_path: Path) -> None:
         network="devnet",
         params=DEVNET,
     )
-    miner = Miner(cfg, session=None)  # type: ignore[arg-type]
+    miner = Miner(cfg, api=None)  # type: ignore[arg-type]
     miner.on_event({"type": "block", "hash": "00" * 32})
     assert not miner.abort.is_set()
     miner.on_event({"type": "milestone", "hash": "11" * 32, "height": 3})

@@ -13,6 +13,12 @@ Phases, each bounded in time and count:
    ``RECYCLE_WINDOW_S`` seconds of load.
 3. **Wait** until every accepted tx is confirmed or ``confirm_timeout_s`` passes.
 
+Tracking: an accepted tx still unconfirmed after ``RECHECK_AFTER_S`` is looked up with
+``GET /v1/txs/{txid}``. ``unknown`` (the node dropped it, e.g. a restart: the pool is not kept) is
+resubmitted; if its inputs are no longer spendable (409), or it is ``invalid``, it is abandoned:
+a load tx's coin goes back to the pool if the owner's UTXOs still list it, a funding tx is built
+again from other source coins. Each round of such repairs is one progress line.
+
 Confirmations come from the node's best chain: a poller walks each new milestone's level set
 (``GET /v1/milestones/{h}/level-set``) and its blocks (``GET /v1/blocks/{hash}``: txids and
 ``tx_status``), so it sees every inclusion, VALID or not. The duplicate rate is the simulator's
@@ -29,15 +35,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apiclient import ApiError, NodeApi
 from dagchain.crypto import encode_address
 from dagchain.params import ConsensusParams
 from dagchain.types import Address, TxId
-from node.walletclient import (
-    NodeClient,
+from wallet.coins import (
     Utxo,
     WalletError,
     address_of,
+    api_error,
     build_payment,
+    fetch_utxos,
     select_coins,
 )
 
@@ -62,6 +70,11 @@ POLL_INTERVAL_S = 0.25
 BLOCK_FETCHES = 16
 """Concurrent ``GET /v1/blocks`` of the confirmation poller."""
 PROGRESS_INTERVAL_S = 5.0
+RECHECK_AFTER_S = 5.0
+"""An accepted tx unconfirmed this long after its (re)submission is looked up (``GET /v1/txs``)."""
+RECHECK_INTERVAL_S = 1.0
+RECHECK_BATCH = 64
+"""At most this many lookups per round (the oldest first)."""
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -140,6 +153,14 @@ class SentTx:
     status: int = 0
     """HTTP status of the POST (0: no answer)."""
     output: Coin | None = None
+    raw: bytes = b""
+    inputs: tuple[Coin, ...] = ()
+    payments: tuple[tuple[Address, int], ...] = ()
+    checked_at: float = 0.0
+    """Last (re)submission or lookup that found it alive (monotonic)."""
+    resubmits: int = 0
+    abandoned: bool = False
+    """Unknown and unspendable, or invalid: it will never confirm; its coin was dealt with."""
 
 
 # ------------------------------------------------------------------------------ confirmations
@@ -153,7 +174,7 @@ class ConfirmationTracker:
     abandoned heights are forgotten and those heights are walked again.
     """
 
-    def __init__(self, client: NodeClient, start_height: int, clock: Callable[[], float]) -> None:
+    def __init__(self, client: NodeApi, start_height: int, clock: Callable[[], float]) -> None:
         self.client = client
         self.clock = clock
         self.watched: dict[TxId, SentTx] = {}
@@ -168,7 +189,7 @@ class ConfirmationTracker:
 
     async def poll(self) -> None:
         """Catch up with the node's best milestone (one status call when idle)."""
-        status = await self.client.get("/v1/status")
+        status = await self.client.status()
         best = int(status["best_milestone"]["height"])
         await self._unwind(best)
         for height in range(self._height + 1, best + 1):
@@ -190,16 +211,16 @@ class ConfirmationTracker:
             self._height -= 1
 
     async def _milestone_at(self, height: int) -> str:
-        rows = await self.client.get(f"/v1/milestones?start={height}&limit=1")
+        rows = await self.client.milestones(height, 1)
         return str(rows[0]["hash"]) if rows else ""
 
     async def _process(self, height: int) -> None:
-        ids = await self.client.get(f"/v1/milestones/{height}/level-set")
+        ids = await self.client.level_set(height)
         gate = asyncio.Semaphore(BLOCK_FETCHES)
 
         async def fetch(block_hash: str) -> Any:
             async with gate:
-                return await self.client.get(f"/v1/blocks/{block_hash}")
+                return await self.client.block(block_hash)
 
         blocks = await asyncio.gather(*(fetch(str(h)) for h in ids))
         now = self.clock()
@@ -249,6 +270,9 @@ class LoadReport:
     latencies_s: list[float]
     duplicate_rate: float
     reorgs: int
+    resubmitted: int = 0
+    released: int = 0
+    lost: int = 0
     txs: list[SentTx] = field(default_factory=list)
     valid_counts: dict[TxId, int] = field(default_factory=dict)
 
@@ -274,6 +298,7 @@ class LoadReport:
             f"p99 {percentile(lat, 0.99):.2f}",
             f"duplicate_rate: {self.duplicate_rate:.4f}",
             f"reorgs_seen: {self.reorgs}",
+            f"resubmitted: {self.resubmitted} coins released: {self.released} lost: {self.lost}",
             f"confirmed_tps: {self.confirmed_tps:.2f}",
         ]
 
@@ -298,6 +323,9 @@ class LoadReport:
             },
             "duplicate_rate": self.duplicate_rate,
             "reorgs": self.reorgs,
+            "resubmitted": self.resubmitted,
+            "released": self.released,
+            "lost": self.lost,
             "txs": [
                 {
                     "txid": t.txid.hex(),
@@ -319,7 +347,7 @@ class _Run:
 
     def __init__(
         self,
-        client: NodeClient,
+        client: NodeApi,
         params: ConsensusParams,
         secret: bytes,
         config: LoadConfig,
@@ -341,6 +369,11 @@ class _Run:
         self.poll_errors = 0
         self.funded_coins = 0
         self.polled = asyncio.Event()
+        self.resubmitted = 0
+        self.released = 0
+        self.lost = 0
+        self.source_free: list[Utxo] = []
+        """Source coins not yet tried by a funding tx (refunds take from here)."""
 
     def hrp(self, address: Address) -> str:
         return encode_address(self.params.hrp, address)
@@ -359,21 +392,117 @@ class _Run:
         """Sign and POST one tx; record it whatever the answer (it may be accepted anyway)."""
         secret = self.secret_of(coins[0].owner)
         tx = build_payment(self.params, secret, [c.utxo for c in coins], payments, change)
-        sent = SentTx(tx.txid, fee, kind, time.monotonic())
+        now = time.monotonic()
+        sent = SentTx(tx.txid, fee, kind, now, raw=tx.raw, inputs=tuple(coins), checked_at=now)
+        sent.payments = tuple(payments)
         self.sent[tx.txid] = sent
         if self.tracker is not None:
             self.tracker.watched[tx.txid] = sent
         try:
-            answer = await self.client.submit(tx.raw)
-        except WalletError:
-            self.errors += 1
+            await self.client.submit_tx(tx.raw)
+        except ApiError as exc:
+            if exc.status == 0:
+                self.errors += 1
+                return sent
+            sent.status = exc.status
+            self.rejected[f"{exc.status}:{exc.code}"] += 1
             return sent
-        sent.status = answer.status
-        if answer.status == 202:
-            sent.accepted = True
-            return sent
-        self.rejected[f"{answer.status}:{answer.error_code}"] += 1
+        sent.status = 202
+        sent.accepted = True
         return sent
+
+    # -------------------------------------------------------------- tracking
+
+    def unsettled(self) -> list[SentTx]:
+        """Accepted txs not yet confirmed nor abandoned, oldest check first."""
+        tracker = self.tracker
+        rows = [
+            s
+            for s in self.sent.values()
+            if s.accepted
+            and not s.abandoned
+            and not (tracker is not None and tracker.is_confirmed(s.txid))
+        ]
+        return sorted(rows, key=lambda s: s.checked_at)
+
+    async def recheck(self) -> None:
+        """One round: look up stale unconfirmed txs, resubmit or abandon them (module doc)."""
+        now = time.monotonic()
+        due = [s for s in self.unsettled() if now - s.checked_at >= RECHECK_AFTER_S]
+        due = due[:RECHECK_BATCH]
+        gate = asyncio.Semaphore(BLOCK_FETCHES)
+        resubmitted: list[SentTx] = []
+        abandoned: list[SentTx] = []
+
+        async def one(sent: SentTx) -> None:
+            async with gate:
+                answer = await self.client.tx(sent.txid.hex())
+                state = answer["status"]
+                if state == "unknown":
+                    try:
+                        await self.client.submit_tx(sent.raw)
+                    except ApiError as exc:
+                        if exc.status == 0:
+                            raise
+                        if (await self.client.tx(sent.txid.hex()))["status"] == "confirmed":
+                            sent.checked_at = time.monotonic()
+                            return  # confirmed between the two calls
+                        abandoned.append(sent)
+                        return
+                    sent.resubmits += 1
+                    resubmitted.append(sent)
+                elif state == "invalid":
+                    abandoned.append(sent)
+                    return
+                sent.checked_at = time.monotonic()
+
+        await asyncio.gather(*(one(s) for s in due))
+        if resubmitted:
+            self.resubmitted += len(resubmitted)
+            self.progress(
+                f"resubmitted {len(resubmitted)} txs the node no longer knew (unknown), "
+                f"e.g. {resubmitted[0].txid.hex()}"
+            )
+        for sent in abandoned:
+            await self.abandon(sent)
+
+    async def abandon(self, sent: SentTx) -> None:
+        """``sent`` will never confirm: give its coin back, or fund its payments again."""
+        sent.abandoned = True
+        if sent.kind == "fund":
+            return  # fund() sees it and builds a replacement (wait_confirmed)
+        coin = sent.inputs[0]
+        owner = self.hrp(self.addresses[coin.owner]) if coin.owner >= 0 else ""
+        spendable = False
+        if owner:
+            _, _, utxos = await fetch_utxos(self.client, owner)
+            spendable = coin.utxo.outpoint in {u.outpoint for u in utxos}
+        if spendable:
+            self.released += 1
+            self.pool.append(coin)
+            what = "its coin is unspent: released back to the pool"
+        else:
+            self.lost += 1
+            what = "its coin is spent elsewhere: lost to the load"
+        self.progress(f"tx {sent.txid.hex()} can no longer confirm; {what}")
+
+    async def replace_fund_tx(self, sent: SentTx) -> SentTx:
+        """A new funding tx paying what abandoned ``sent`` paid."""
+        payments = list(sent.payments)
+        if sent.inputs[0].owner < 0:
+            new, self.source_free = await self.fund_tx(self.source_free, payments, sent.fee)
+        else:  # stage B: its intermediate coin, if it is still there
+            coin = sent.inputs[0]
+            _, _, utxos = await fetch_utxos(self.client, self.hrp(self.addresses[coin.owner]))
+            if coin.utxo.outpoint not in {u.outpoint for u in utxos}:
+                raise WalletError(f"funding tx {sent.txid.hex()} lost its input coin")
+            new = await self.submit([coin], payments, 0, sent.fee, "fund")
+        if not new.accepted:
+            raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
+        self.progress(
+            f"funding tx {sent.txid.hex()} can no longer confirm: replaced by {new.txid.hex()}"
+        )
+        return new
 
     # -------------------------------------------------------------- funding
 
@@ -383,7 +512,7 @@ class _Run:
         amount, fee = self.config.utxo_amount, self.config.fee
         fund_fee = fee * 20
         inter_value = [n * amount + fund_fee for n in stage_b]
-        _, _, utxos = await self.client.utxos(self.hrp(address_of(self.source_secret)))
+        _, _, utxos = await fetch_utxos(self.client, self.hrp(address_of(self.source_secret)))
         need = sum(inter_value) + fund_fee * len(stage_a)
         have = sum(u.amount for u in utxos)
         if have < need:
@@ -392,20 +521,24 @@ class _Run:
             f"funding {coins} coins for {len(self.secrets)} accounts: "
             f"{len(stage_a)} + {len(stage_b)} txs"
         )
-        free = list(utxos)
-        intermediates: list[Coin] = []
+        self.source_free = list(utxos)
         a0 = self.addresses[0]
         pos = 0
         stage_a_txs: list[SentTx] = []
         for n in stage_a:
             values = inter_value[pos : pos + n]
             pos += n
-            sent, free = await self.fund_tx(free, [(a0, v) for v in values], fund_fee)
+            payments = [(a0, v) for v in values]
+            sent, self.source_free = await self.fund_tx(self.source_free, payments, fund_fee)
             if not sent.accepted:
                 raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
             stage_a_txs.append(sent)
-            intermediates += [Coin(Utxo(sent.txid, j, v), 0) for j, v in enumerate(values)]
         await self.wait_confirmed(stage_a_txs, "stage A funding")
+        intermediates = [
+            Coin(Utxo(sent.txid, j, v), 0)
+            for sent in stage_a_txs
+            for j, (_, v) in enumerate(sent.payments)
+        ]
         stage_b_txs: list[SentTx] = []
         dealt = 0
         for inter, n in zip(intermediates, stage_b, strict=True):
@@ -417,8 +550,12 @@ class _Run:
             if not sent.accepted:
                 raise WalletError(f"funding tx refused by the node: {dict(self.rejected)}")
             stage_b_txs.append(sent)
-            self.pool.extend(Coin(Utxo(sent.txid, j, amount), o) for j, o in enumerate(owners))
         await self.wait_confirmed(stage_b_txs, "stage B funding")
+        owner_of = {a: o for o, a in enumerate(self.addresses)}
+        for sent in stage_b_txs:
+            self.pool.extend(
+                Coin(Utxo(sent.txid, j, v), owner_of[a]) for j, (a, v) in enumerate(sent.payments)
+            )
 
     async def fund_tx(
         self, free: list[Utxo], payments: list[tuple[Address, int]], fee: int
@@ -440,13 +577,23 @@ class _Run:
                 return sent, free
         raise WalletError("every source coin is spent by pending txs")  # pragma: no cover
 
-    async def wait_confirmed(self, txs: Sequence[SentTx], what: str) -> None:
+    async def wait_confirmed(self, txs: list[SentTx], what: str) -> None:
+        """Wait until every tx of ``txs`` is confirmed; an abandoned one is replaced in place."""
         tracker = self.tracker
         if tracker is None:  # pragma: no cover - set before funding
             raise RuntimeError("no tracker")
-        if not await self.wait_for(
-            lambda: all(tracker.is_confirmed(t.txid) for t in txs), self.config.fund_timeout_s
-        ):
+
+        def done() -> bool:
+            return all(tracker.is_confirmed(t.txid) for t in txs) or any(t.abandoned for t in txs)
+
+        deadline = time.monotonic() + self.config.fund_timeout_s
+        while await self.wait_for(done, deadline - time.monotonic()):
+            stale = [i for i, t in enumerate(txs) if t.abandoned]
+            if not stale:
+                return
+            for i in stale:
+                txs[i] = await self.replace_fund_tx(txs[i])
+        if not all(tracker.is_confirmed(t.txid) for t in txs):
             raise WalletError(
                 f"{what}: txs not confirmed within {self.config.fund_timeout_s:.0f} s "
                 "(is a miner running?)"
@@ -509,11 +656,14 @@ class _Run:
         return attempts, starved, window
 
     def status_line(self, elapsed: float, attempts: int) -> str:
+        """``confirmed/offered`` load txs, and what tracking repaired so far."""
         tracker = self.tracker
-        confirmed = len(tracker.confirmed_at) if tracker is not None else 0
-        accepted = sum(1 for s in self.sent.values() if s.accepted and s.kind == "load")
+        load = [s for s in self.sent.values() if s.kind == "load"]
+        confirmed = sum(1 for s in load if tracker is not None and tracker.is_confirmed(s.txid))
+        accepted = sum(1 for s in load if s.accepted)
         return (
-            f"t={elapsed:.0f}s sent={attempts} accepted={accepted} confirmed={confirmed} "
+            f"t={elapsed:.0f}s confirmed/offered={confirmed}/{attempts} accepted={accepted} "
+            f"resubmitted={self.resubmitted} released={self.released} lost={self.lost} "
             f"coins={len(self.pool)}"
         )
 
@@ -523,7 +673,7 @@ class _Run:
             return
         accepted = [s for s in self.sent.values() if s.accepted and s.kind == "load"]
         await self.wait_for(
-            lambda: all(tracker.is_confirmed(s.txid) for s in accepted),
+            lambda: all(tracker.is_confirmed(s.txid) or s.abandoned for s in accepted),
             self.config.confirm_timeout_s,
         )
 
@@ -543,13 +693,18 @@ class _Run:
         tracker = self.tracker
         if tracker is None:  # pragma: no cover
             return
+        next_recheck = time.monotonic() + RECHECK_INTERVAL_S
         while not self.stop.is_set():
             try:
                 await tracker.poll()
-            except WalletError as exc:  # a busy or restarting node: try again next round
+                if time.monotonic() >= next_recheck:
+                    next_recheck = time.monotonic() + RECHECK_INTERVAL_S
+                    await self.recheck()
+            except (ApiError, WalletError) as exc:  # a busy or restarting node: next round
                 self.poll_errors += 1
                 if self.poll_errors % 20 == 1:
-                    self.progress(f"confirmation poll failed: {exc}")
+                    reason = api_error(exc) if isinstance(exc, ApiError) else exc
+                    self.progress(f"confirmation poll failed: {reason}")
             self.polled.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), POLL_INTERVAL_S)
@@ -582,13 +737,16 @@ class _Run:
             latencies_s=[tracker.confirmed_at[s.txid] - s.sent_at for s in confirmed],
             duplicate_rate=duplicate_rate(load_incl),
             reorgs=tracker.reorgs,
+            resubmitted=self.resubmitted,
+            released=self.released,
+            lost=self.lost,
             txs=list(self.sent.values()),
             valid_counts={t: tracker.valid[t] for t in self.sent},
         )
 
 
 async def run_load(
-    client: NodeClient,
+    client: NodeApi,
     params: ConsensusParams,
     secret: bytes,
     config: LoadConfig,
@@ -600,7 +758,10 @@ async def run_load(
         WalletError: insufficient funds, unconfirmed funding, or an unreachable node.
     """
     run = _Run(client, params, secret, config, progress)
-    status = await client.get("/v1/status")
+    try:
+        status = await client.status()
+    except ApiError as exc:
+        raise api_error(exc) from None
     run.tracker = ConfirmationTracker(
         client, int(status["best_milestone"]["height"]), time.monotonic
     )

@@ -17,7 +17,8 @@ import getpass
 import json
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,17 +28,21 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from apiclient import ApiError, NodeApi, NodeUnreachable
 from dagchain.crypto import encode_address
 from dagchain.genesis import FAUCET_SECRET
 from dagchain.params import ConsensusParams
+from dagchain.transactions import Transaction
 from dagchain.types import Address
-from node import loadgen
-from node.walletclient import (
+from wallet import loadgen
+from wallet.coins import (
     NETWORKS,
-    NodeClient,
     WalletError,
     address_of,
+    api_error,
     build_payment,
+    fetch_utxos,
+    node_network,
     parse_address,
     select_coins,
 )
@@ -49,6 +54,7 @@ __all__ = [
     "main",
     "read_keystore_header",
     "send_payment",
+    "settle_payment",
     "write_new_wallet",
 ]
 
@@ -61,6 +67,10 @@ _AAD_TAG = b"dagchain-wallet-v1"
 SEND_ATTEMPTS = 8
 """A shared wallet (the faucet) may lose a race for a UTXO: retry with other coins (bounded)."""
 DEFAULT_FEE = 1000
+TRACK_POLL_S = 0.5
+"""``send --wait``: how often ``GET /v1/txs/{txid}`` is asked."""
+REPAY_ATTEMPTS = 4
+"""``send --wait``: at most this many replacement payments for txs that became invalid."""
 
 
 # ------------------------------------------------------------------------------ keystore
@@ -253,8 +263,8 @@ def _secret(args: argparse.Namespace) -> bytes:
     return decode_keystore(_read_wallet(args), _password(args))
 
 
-async def _node_params(client: NodeClient, args: argparse.Namespace) -> ConsensusParams:
-    params = await client.network()
+async def _node_params(client: NodeApi, args: argparse.Namespace) -> ConsensusParams:
+    params = await node_network(client)
     if args.devnet_faucet and params.network_id != NETWORKS["devnet"].network_id:
         raise WalletError(
             f"--devnet-faucet refused: node at {client.url} runs {params.network_id}, not devnet"
@@ -288,10 +298,10 @@ def cmd_address(args: argparse.Namespace) -> int:
 
 
 async def _balance(args: argparse.Namespace, address: Address) -> None:
-    async with NodeClient(args.node) as client:
+    async with NodeApi(args.node) as client:
         params = await _node_params(client, args)
         text = encode_address(params.hrp, address)
-        balance, pending, utxos = await client.utxos(text)
+        balance, pending, utxos = await fetch_utxos(client, text)
     print(f"address: {text}")
     print(f"balance: {balance}")
     print(f"pending_balance: {pending}")
@@ -308,14 +318,15 @@ def cmd_balance(args: argparse.Namespace) -> int:
 
 
 async def send_payment(
-    client: NodeClient,
+    client: NodeApi,
     params: ConsensusParams,
     secret: bytes,
     to: Address,
     amount: int,
     fee: int,
-) -> str:
-    """Select coins, sign, submit; returns the txid hex.
+    exclude: frozenset[tuple[bytes, int]] = frozenset(),
+) -> Transaction:
+    """Select coins (none of ``exclude``), sign, submit; returns the accepted tx.
 
     A 409 ``conflict`` (another spender of the same wallet won a coin) retries with other coins,
     at most ``SEND_ATTEMPTS`` times.
@@ -325,20 +336,94 @@ async def send_payment(
     """
     if amount < 1 or fee < 0:
         raise WalletError("--amount must be at least 1 and --fee at least 0")
-    _, _, utxos = await client.utxos(encode_address(params.hrp, address_of(secret)))
-    busy: set[tuple[bytes, int]] = set()
+    _, _, utxos = await fetch_utxos(client, encode_address(params.hrp, address_of(secret)))
+    busy: set[tuple[bytes, int]] = set(exclude)
     for _ in range(SEND_ATTEMPTS):
         free = [u for u in utxos if u.outpoint not in busy]
         chosen, change = select_coins(free, amount + fee, params.max_tx_inputs)
         tx = build_payment(params, secret, chosen, [(to, amount)], change)
-        answer = await client.submit(tx.raw)
-        if answer.status == 202:
-            return tx.txid.hex()
-        if answer.status == 409 and answer.error_code == "conflict":
-            busy.update(u.outpoint for u in chosen)
-            continue
-        raise WalletError(_refusal(answer.status, answer.error_code, answer.error_message))
+        try:
+            await client.submit_tx(tx.raw)
+        except NodeUnreachable as exc:
+            raise api_error(exc) from None
+        except ApiError as exc:
+            if exc.status == 409 and exc.code == "conflict":
+                busy.update(u.outpoint for u in chosen)
+                continue
+            raise WalletError(_refusal(exc.status, exc.code, exc.message)) from None
+        return tx
     raise WalletError(f"every coin tried is already being spent by pending txs ({len(busy)})")
+
+
+async def settle_payment(
+    client: NodeApi,
+    params: ConsensusParams,
+    secret: bytes,
+    payment: tuple[Address, int, int],
+    tx: Transaction,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> Transaction:
+    """Follow a submitted payment (``GET /v1/txs/{txid}``) until it is confirmed.
+
+    A tx the node no longer knows (``unknown``: dropped from its pool, e.g. by a restart) is
+    resubmitted as it is; if its inputs are no longer spendable (409), or it became ``invalid``
+    (a conflicting spend was ordered first), the payment is made again from other coins, at most
+    ``REPAY_ATTEMPTS`` times. Each step is one line through ``say``. An unreachable node (a
+    restart) is asked again until the deadline.
+
+    Returns:
+        The tx that confirmed (``tx`` or its replacement).
+
+    Raises:
+        WalletError: no confirmation within ``timeout_s``, or a refusal of a replacement.
+    """
+    to, amount, fee = payment
+    deadline = time.monotonic() + timeout_s
+    spent: set[tuple[bytes, int]] = set()
+    repaid = 0
+    state = "unsent"
+    while time.monotonic() < deadline:
+        txid = tx.txid.hex()
+        try:
+            answer = await client.tx(txid)
+            state, reason = answer["status"], answer.get("reason")
+            if state == "confirmed":
+                say(f"tx {txid} confirmed at milestone height {answer['milestone_height']}")
+                return tx
+            lost = state == "invalid"
+            if state == "unknown":
+                try:
+                    await client.submit_tx(tx.raw)
+                    say(f"tx {txid} is unknown to the node (dropped from its pool): resubmitted")
+                except NodeUnreachable:
+                    raise
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise WalletError(_refusal(exc.status, exc.code, exc.message)) from None
+                    if (await client.tx(txid))["status"] == "confirmed":
+                        continue  # it confirmed between the two calls
+                    lost, reason = True, f"409 {exc.code}"
+            if lost:
+                if repaid >= REPAY_ATTEMPTS:
+                    raise WalletError(f"tx {txid} {state}; gave up after {repaid} replacements")
+                repaid += 1
+                spent.update((i.txid, i.out_index) for i in tx.inputs)
+                tx = await send_payment(
+                    client, params, secret, to, amount, fee, exclude=frozenset(spent)
+                )
+                say(
+                    f"tx {txid} can no longer confirm ({reason}): its coins were spent; "
+                    f"paid again from other coins as tx {tx.txid.hex()}"
+                )
+        except NodeUnreachable as exc:
+            if state != "unreachable":  # one line per outage
+                say(f"node unreachable ({exc.message}); asking again until it answers")
+            state = "unreachable"
+        await asyncio.sleep(min(TRACK_POLL_S, max(0.0, deadline - time.monotonic())))
+    raise WalletError(
+        f"tx {tx.txid.hex()} not confirmed within {timeout_s:g} s (last status: {state})"
+    )
 
 
 def _refusal(status: int, code: str, message: str) -> str:
@@ -350,13 +435,21 @@ def _refusal(status: int, code: str, message: str) -> str:
 
 
 async def _send(args: argparse.Namespace, secret: bytes) -> str:
-    async with NodeClient(args.node) as client:
+    async with NodeApi(args.node) as client:
         params = await _node_params(client, args)
         to = parse_address(params, args.to)
-        return await send_payment(client, params, secret, to, args.amount, args.fee)
+        tx = await send_payment(client, params, secret, to, args.amount, args.fee)
+        if args.wait is None:
+            return tx.txid.hex()
+        _progress(f"submitted tx {tx.txid.hex()}; waiting up to {args.wait:g} s to confirm")
+        payment = (to, args.amount, args.fee)
+        tx = await settle_payment(client, params, secret, payment, tx, args.wait, _progress)
+        return tx.txid.hex()
 
 
 def cmd_send(args: argparse.Namespace) -> int:
+    if args.wait is not None and args.wait <= 0:
+        raise WalletError("--wait must be positive")
     secret = _secret(args)
     print(asyncio.run(_send(args, secret)))
     return 0
@@ -371,7 +464,7 @@ async def _load(args: argparse.Namespace, secret: bytes) -> loadgen.LoadReport:
         fee=args.fee if args.fee is not None else loadgen.DEFAULT_LOAD_FEE,
         confirm_timeout_s=args.confirm_timeout,
     )
-    async with NodeClient(args.node, connections=args.max_in_flight + 8) as client:
+    async with NodeApi(args.node, connections=args.max_in_flight + 8) as client:
         params = await _node_params(client, args)
         return await loadgen.run_load(client, params, secret, config, _progress)
 
@@ -421,6 +514,13 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--to", required=True, help="bech32m address")
     send.add_argument("--amount", type=int, required=True, help="units")
     send.add_argument("--fee", type=int, default=DEFAULT_FEE, help="units (default %(default)s)")
+    send.add_argument(
+        "--wait",
+        type=float,
+        metavar="S",
+        help="follow the tx until it is confirmed (at most S seconds): resubmit it if the node "
+        "drops it, pay again from other coins if it can no longer confirm; print the final txid",
+    )
     send.set_defaults(run=cmd_send)
     load = sub.add_parser("load", help="fund N accounts, send at RATE tx/s, report TPS")
     load.add_argument("--node", required=True)
@@ -444,6 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
     except WalletError as exc:
         print(f"dagchain-wallet: error: {exc}", file=sys.stderr)
+        return 2
+    except ApiError as exc:
+        print(f"dagchain-wallet: error: {api_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dagchain-wallet: interrupted", file=sys.stderr)

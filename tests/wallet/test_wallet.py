@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from apiclient import ApiError
 from dagchain.crypto import encode_address
 from dagchain.params import DEVNET
 from dagchain.transactions import (
@@ -16,16 +17,15 @@ from dagchain.transactions import (
     validate_tx_stateless,
 )
 from dagchain.types import TxId
-from node import wallet
-from node.loadgen import LoadConfig, _Run, coins_needed, duplicate_rate, fanout_plan, percentile
-from node.walletclient import (
-    ApiAnswer,
+from wallet import cli as wallet
+from wallet.coins import (
     Utxo,
     WalletError,
     address_of,
     build_payment,
     select_coins,
 )
+from wallet.loadgen import LoadConfig, _Run, coins_needed, duplicate_rate, fanout_plan, percentile
 
 FAST = (2**4, 8, 1)  # tests only: the CLI always uses n = 2^15
 SECRET = (7).to_bytes(32, "big")
@@ -235,20 +235,20 @@ def test_funding_covers_a_short_run_and_a_recycle_window_of_a_long_one() -> None
 
 
 class _BusyCoinNode:
-    """A fake NodeClient: 409 ``conflict`` for a tx spending a coin a pool tx already spends."""
+    """A fake NodeApi: 409 ``conflict`` for a tx spending a coin a pool tx already spends."""
 
     def __init__(self, busy: set[tuple[TxId, int]]) -> None:
         self.busy = busy
         self.posted: list[list[tuple[TxId, int]]] = []
 
-    async def submit(self, raw: bytes) -> ApiAnswer:
+    async def submit_tx(self, raw: bytes) -> str:
         tx = decode_transaction(raw, DEVNET)
         spent = [(TxId(i.txid), i.out_index) for i in tx.inputs]
         self.posted.append(spent)
         if self.busy & set(spent):
-            error = {"code": "conflict", "message": "an input is spent by a pool tx"}
-            return ApiAnswer(409, {"error": error})
-        return ApiAnswer(202, {"txid": tx.txid.hex()})
+            message = "an input is spent by a pool tx"
+            raise ApiError(409, "conflict", message, None, "POST", "/v1/txs")
+        return tx.txid.hex()
 
 
 async def test_load_funding_sets_aside_coins_that_pool_txs_already_spend() -> None:
@@ -268,3 +268,101 @@ async def test_load_funding_sets_aside_coins_that_pool_txs_already_spend() -> No
     with pytest.raises(WalletError, match="insufficient funds"):
         await run.fund_tx(coins, [(address_of(SECRET), 1000)], 10)
     assert len(everything.posted) == len(coins), "one attempt per coin, then a clear error"
+
+
+# ------------------------------------------------------------------ tracking what was submitted
+
+
+class _ForgetfulNode:
+    """A fake NodeApi whose ``GET /v1/txs`` answers from ``states`` (default ``mempool``)."""
+
+    def __init__(self, states: dict[str, str], utxos: list[Utxo] | None = None) -> None:
+        self.states = states
+        self.utxos = utxos or []
+        self.posted: list[bytes] = []
+        self.then = "mempool"
+        """The state of a tx (re)submitted from now on."""
+
+    async def submit_tx(self, raw: bytes) -> str:
+        self.posted.append(raw)
+        txid = decode_transaction(raw, DEVNET).txid.hex()
+        if self.states.get(txid, "unknown") == "unknown":
+            self.states[txid] = self.then
+        return txid
+
+    async def tx(self, txid: str) -> dict[str, object]:
+        state = self.states.get(txid, "unknown")
+        return {"txid": txid, "status": state, "reason": None, "milestone_height": 7}
+
+    async def address(self, address: str) -> dict[str, object]:
+        rows = [
+            {"txid": u.txid.hex(), "index": u.index, "amount": str(u.amount), "confirmations": 1}
+            for u in self.utxos
+        ]
+        total = str(sum(u.amount for u in self.utxos))
+        return {"balance": total, "pending_balance": total, "utxos": rows}
+
+
+async def _one_load_tx(node: _ForgetfulNode, lines: list[str]) -> tuple[_Run, object]:
+    from wallet.loadgen import Coin
+
+    run = _Run(node, DEVNET, SECRET, LoadConfig(rate=1, duration_s=1, accounts=2), lines.append)  # type: ignore[arg-type]
+    coin = Coin(utxo(9, 10**6), 0)
+    await run.send_one(coin)
+    (sent,) = run.sent.values()
+    assert sent.accepted
+    sent.checked_at -= 60  # as if submitted a minute ago and never confirmed
+    return run, coin
+
+
+async def test_load_resubmits_a_tx_the_node_no_longer_knows() -> None:
+    node = _ForgetfulNode({})
+    lines: list[str] = []
+    run, _ = await _one_load_tx(node, lines)
+    (sent,) = run.sent.values()
+    node.states[sent.txid.hex()] = "unknown"  # e.g. the node restarted: its pool is not kept
+    await run.recheck()
+    assert node.posted == [sent.raw, sent.raw], "the same tx is posted again"
+    assert (run.resubmitted, sent.resubmits, sent.abandoned) == (1, 1, False)
+    assert any("resubmitted 1 txs" in line for line in lines)
+    await run.recheck()  # just checked: nothing is due
+    assert len(node.posted) == 2
+    assert "confirmed/offered=0/1" in run.status_line(1.0, 1)
+
+
+async def test_load_gives_the_coin_of_an_invalid_tx_back_when_it_is_unspent() -> None:
+    node = _ForgetfulNode({}, utxos=[utxo(9, 10**6)])
+    lines: list[str] = []
+    run, coin = await _one_load_tx(node, lines)
+    (sent,) = run.sent.values()
+    node.states[sent.txid.hex()] = "invalid"
+    await run.recheck()
+    assert sent.abandoned
+    assert (run.released, run.lost, list(run.pool)) == (1, 0, [coin])
+    assert any("released back to the pool" in line for line in lines)
+    await run.wait_phase()  # an abandoned tx is not waited for
+
+
+async def test_send_wait_resubmits_an_unknown_tx_and_pays_again_for_an_invalid_one() -> None:
+    coins = [utxo(n, 10**9) for n in range(1, 4)]
+    node = _ForgetfulNode({}, utxos=coins)
+    lines: list[str] = []
+    to = address_of((9).to_bytes(32, "big"))
+    first = await wallet.send_payment(node, DEVNET, SECRET, to, 5000, 100)  # type: ignore[arg-type]
+    node.states[first.txid.hex()] = "unknown"  # dropped from the node's pool
+    node.then = "confirmed"  # the resubmitted tx confirms
+    payment = (to, 5000, 100)
+    done = await wallet.settle_payment(node, DEVNET, SECRET, payment, first, 10, lines.append)  # type: ignore[arg-type]
+    assert done.txid == first.txid
+    assert node.posted == [first.raw, first.raw]
+    assert any("unknown to the node" in line and "resubmitted" in line for line in lines)
+
+    node.states[first.txid.hex()] = "invalid"  # a conflicting spend was ordered first
+    node.utxos = coins[1:]  # and spent the first tx's coin
+    again = await wallet.settle_payment(node, DEVNET, SECRET, payment, first, 10, lines.append)  # type: ignore[arg-type]
+    assert again.txid != first.txid
+    assert node.states[again.txid.hex()] == "confirmed"
+    assert {(i.txid, i.out_index) for i in again.inputs}.isdisjoint(
+        {(i.txid, i.out_index) for i in first.inputs}
+    )
+    assert any("paid again from other coins" in line for line in lines)
