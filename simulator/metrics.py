@@ -16,12 +16,24 @@ reward balances) and produces every ``metrics.json`` key of INTERFACES.md:
 - ``propagation_s``: block mined (or released, for a withholding attacker's block) to block
   accepted, pooled over every (block, other node) pair;
 - ``revenue_share``: each peer chain's reward balance on the observer's best chain over the sum
-  (R2, R7: block rewards, fees, milestone bonuses).
+  (R2, R7: block rewards, fees, milestone bonuses);
+- ``late_block_rate`` / ``unrewarded_block_rate`` (v2): the share of the observer's accepted
+  blocks whose ordering lag, LS height(B) - height(milestone link of B), exceeds
+  ``sortition_freshness`` (S6: their txs are INVALID ``sortition``) / ``reward_freshness`` (R2:
+  no R(h)). A block still unordered at the end counts as late once its lag is already certain to
+  exceed the bound (best height + 1 - milestone-link height > bound); a pending block that could
+  still be ordered in time is undecided and left out of both counts
+  (``late_blocks_undecided``: how many);
+- ``txs_lost`` (v2, §7.5): offered txs neither VALID in the observer's best chain nor in any full
+  node's mempool at the end;
+- ``attacker_fee_share`` (with an attacker's roots): fees of the VALID txs in its blocks over the
+  fees of all VALID txs of the best chain (fee = inputs spent - outputs, from the level sets).
 Percentiles are nearest-rank on sorted values, so equal runs give equal bytes.
 """
 
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, final
 
@@ -96,12 +108,25 @@ class Recorder:
                 confirmed[tx.txid] = now_ms
 
 
-def _walk_best_chain(chain: Chain) -> tuple[list[int], int, int, dict[bytes, bytes]]:
-    """(level-set sizes, tx inclusions, repeated inclusions, txid -> block of its VALID copy)."""
-    sizes: list[int] = []
+@dataclass(slots=True)
+class _Walk:
+    sizes: list[int] = field(default_factory=list)
+    inclusions: int = 0
+    repeats: int = 0
+    valid_in: dict[bytes, bytes] = field(default_factory=dict)
+    """txid -> block of its VALID copy."""
+    fees_by_root: dict[bytes, int] = field(default_factory=dict)
+    """Fees of the VALID TRANSFERs in each peer chain's blocks."""
+
+
+def _walk_best_chain(chain: Chain) -> _Walk:
+    """Level-set sizes, tx inclusions and repeats, VALID copies and fees per peer chain."""
+    walk = _Walk()
+    sizes = walk.sizes
     inclusions = repeats = 0
     seen: set[bytes] = set()
-    valid_in: dict[bytes, bytes] = {}
+    valid_in = walk.valid_in
+    fees = walk.fees_by_root
     for ms in chain.best_chain()[1:]:
         delta = chain.level_set(ms)
         if delta is None:  # pragma: no cover - best-chain milestones are evaluated
@@ -110,7 +135,8 @@ def _walk_best_chain(chain: Chain) -> tuple[list[int], int, int, dict[bytes, byt
         i = 0
         for bid in delta.order:
             block = chain.get_block(bid)
-            if block is None:  # pragma: no cover
+            meta = chain.get_meta(bid)
+            if block is None or meta is None:  # pragma: no cover
                 raise RuntimeError("level-set block missing")
             for tx in block.txs:
                 if tx.kind == TxKind.TRANSFER:
@@ -120,8 +146,53 @@ def _walk_best_chain(chain: Chain) -> tuple[list[int], int, int, dict[bytes, byt
                     seen.add(tx.txid)
                     if delta.reasons[i] == Reason.VALID:
                         valid_in[tx.txid] = bid
+                        spent = delta.spent
+                        fee = sum(spent[(t.txid, t.out_index)][0] for t in tx.inputs)
+                        fee -= sum(o.amount for o in tx.outputs)
+                        fees[meta.root] = fees.get(meta.root, 0) + fee
                 i += 1
-    return sizes, inclusions, repeats, valid_in
+    walk.inclusions = inclusions
+    walk.repeats = repeats
+    return walk
+
+
+def freshness(recorder: Recorder, observer: Chain) -> dict[str, Any]:
+    """``late_block_rate``, ``unrewarded_block_rate`` and the counts behind them (v2, §14).
+
+    Over every mined block the observer accepted (genesis aside): ordered blocks by their lag,
+    pending blocks as late once no level set can order them within the bound.
+    """
+    params = observer.params
+    bounds = (params.sortition_freshness, params.reward_freshness)
+    next_height = observer.best_height + 1
+    counted = [0, 0]
+    late = [0, 0]
+    undecided = 0
+    for bid in recorder.blocks:
+        meta = observer.get_meta(bid)
+        if meta is None:
+            continue
+        ls = observer.ls_height(bid)
+        for j, bound in enumerate(bounds):
+            if ls is not None:
+                counted[j] += 1
+                late[j] += ls - meta.ms_link_height > bound
+            elif next_height - meta.ms_link_height > bound:
+                counted[j] += 1
+                late[j] += 1
+            elif j == 0:
+                undecided += 1
+
+    def rate(j: int) -> float:
+        return round(late[j] / counted[j], DIGITS) if counted[j] else 0.0
+
+    return {
+        "late_block_rate": rate(0),
+        "unrewarded_block_rate": rate(1),
+        "late_blocks": late[0],
+        "unrewarded_blocks": late[1],
+        "late_blocks_undecided": undecided,
+    }
 
 
 def compute_metrics(
@@ -129,9 +200,18 @@ def compute_metrics(
     observer: Chain,
     duration_s: float,
     roots: dict[bytes, str],
+    pooled: set[bytes] | None = None,
+    spread: Callable[[bytes], int] | None = None,
 ) -> dict[str, Any]:
-    """Every metrics.json key of INTERFACES.md except the wall-clock ones (added by the caller)."""
-    sizes, inclusions, repeats, valid_in = _walk_best_chain(observer)
+    """Every metrics.json key of INTERFACES.md except the wall-clock ones (added by the caller).
+
+    ``pooled``: the txids in any full node's mempool at the end (for ``txs_lost``); ``spread``:
+    how many nodes ever learned a tx (``txs_lost_refused_on_offer``: lost txs that no node but
+    the one the load offered it to ever saw, i.e. that node refused it, e.g. because its best
+    chain did not yet hold the output the load spent).
+    """
+    walk = _walk_best_chain(observer)
+    sizes, inclusions, repeats, valid_in = walk.sizes, walk.inclusions, walk.repeats, walk.valid_in
     blocks = recorder.blocks
     best = set(observer.best_chain())
     mined_ms = [bid for bid, rec in blocks.items() if rec.is_milestone]
@@ -159,6 +239,18 @@ def compute_metrics(
         balances[label] = balances.get(label, 0) + record.balance
     total = sum(balances.values())
     revenue = {k: round(v / total, DIGITS) if total else 0.0 for k, v in sorted(balances.items())}
+    pool = pooled if pooled is not None else set()
+    lost_txs = [t for t in offered if t not in valid_in and t not in pool]
+    lost = len(lost_txs)
+    refused = sum(1 for t in lost_txs if spread(t) <= 1) if spread is not None else 0
+    fees = walk.fees_by_root
+    extra: dict[str, Any] = {}
+    if "attacker" in roots.values():
+        total_fees = sum(fees.values())
+        attacker_fees = sum(f for r, f in fees.items() if roots.get(r) == "attacker")
+        extra["attacker_fee_share"] = (
+            round(attacker_fees / total_fees, DIGITS) if total_fees else 0.0
+        )
     return {
         "offered_tps": round(len(offered) / duration_s, DIGITS),
         "throughput_tps": round(len(ours) / duration_s, DIGITS),
@@ -180,6 +272,10 @@ def compute_metrics(
         "txs_offered": len(offered),
         "txs_confirmed": len(ours),
         "tx_inclusions": inclusions,
+        **freshness(recorder, observer),
+        "txs_lost": lost,
+        "txs_lost_refused_on_offer": refused,
+        **extra,
     }
 
 
@@ -190,6 +286,7 @@ def block_rows(recorder: Recorder, observer: Chain, nodes: int) -> list[dict[str
     for bid, rec in recorder.blocks.items():
         delays = sorted(rec.delays)
         ls = observer.ls_height(bid)
+        meta = observer.get_meta(bid)
         rows.append(
             {
                 "block_id": bid.hex(),
@@ -198,6 +295,7 @@ def block_rows(recorder: Recorder, observer: Chain, nodes: int) -> list[dict[str
                 "is_milestone": int(rec.is_milestone),
                 "on_best_chain": int(rec.is_milestone and bid in best),
                 "ls_height": "" if ls is None else ls,
+                "ms_link_height": "" if meta is None else meta.ms_link_height,
                 "txs": rec.txs,
                 "bytes": rec.size,
                 "reached": len(delays) + 1,
@@ -210,4 +308,12 @@ def block_rows(recorder: Recorder, observer: Chain, nodes: int) -> list[dict[str
     return rows
 
 
-__all__ = ["BlockRecord", "Recorder", "block_rows", "compute_metrics", "percentile", "summary"]
+__all__ = [
+    "BlockRecord",
+    "Recorder",
+    "block_rows",
+    "compute_metrics",
+    "freshness",
+    "percentile",
+    "summary",
+]

@@ -18,6 +18,7 @@ BLOCK_COLUMNS = (
     "is_milestone",
     "on_best_chain",
     "ls_height",
+    "ms_link_height",
     "txs",
     "bytes",
     "reached",

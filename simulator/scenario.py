@@ -100,7 +100,9 @@ class LoadConfig(_Table):
 
 
 class AttackConfig(_Table):
-    kind: Literal["none", "double_spend", "selfish"] = "none"
+    kind: Literal["none", "double_spend", "selfish", "multi_root"] = "none"
+    """``multi_root``: one miner with ``share`` and ``roots`` peer chains that mines, each time,
+    the chain whose template pays the most fees (PROTOCOL.md v2 §8.3; simulator/multi_root.py)."""
     share: float = Field(default=0.0, ge=0, lt=1)
     gamma: float = Field(default=0.0, ge=0, le=1)
     confirmations: int = Field(default=6, ge=1)
@@ -110,6 +112,8 @@ class AttackConfig(_Table):
     in the simulated network (simulator/network_attack.py)."""
     give_up_deficit: int = Field(default=10, ge=1)
     """Network double spend: the attacker abandons a trial this many milestones behind."""
+    roots: int = Field(default=1, ge=1, le=1000)
+    """``multi_root``: how many peer chains the attacker registers (k)."""
 
 
 class Scenario(_Table):
@@ -251,15 +255,16 @@ def build_scenario(data: dict[str, Any]) -> Scenario:
     scenario.blocks_per_ms  # noqa: B018  (validates b)
     scenario.honest_shares()
     attack = scenario.attack
-    if attack.model == "network" and attack.kind != "none":
+    if attack.kind == "multi_root" or (attack.model == "network" and attack.kind != "none"):
         if scenario.full_nodes <= scenario.mining_nodes:
             raise ScenarioError(
-                "attack.model = network needs a full node that does not mine honestly for the "
+                f"attack.kind = {attack.kind} (model {attack.model}) needs a full node that does "
+                "not mine honestly for the "
                 f"attacker (node {scenario.mining_nodes}): nodes and network.full_nodes must "
                 f"exceed miners.count ({scenario.mining_nodes})"
             )
         if attack.share <= 0:
-            raise ScenarioError("attack.model = network needs attack.share > 0")
+            raise ScenarioError(f"attack.kind = {attack.kind} needs attack.share > 0")
     if scenario.full_nodes < scenario.mining_nodes:
         raise ScenarioError(
             f"network.full_nodes = {scenario.network.full_nodes} is fewer than the "

@@ -23,6 +23,7 @@ from simulator.knowledge import Knowledge
 from simulator.load import TxLoad
 from simulator.metrics import DIGITS, Recorder, block_rows, compute_metrics
 from simulator.mining import Miner
+from simulator.multi_root import MultiRootMiner
 from simulator.network import Network
 from simulator.network_attack import NetworkDoubleSpend, NetworkSelfishMiner
 from simulator.relay_node import RelayNode
@@ -95,7 +96,7 @@ class Simulation:
         self.recorder = Recorder()
         rate_per_ms = scenario.block_rate / 1000.0
         target0 = genesis_blk_target(params)
-        self.miners: dict[int, Miner] = {}
+        self.miners: dict[int, Miner | MultiRootMiner] = {}
         for i, share in enumerate(scenario.honest_shares()):
             self.miners[i] = Miner(
                 self.full_nodes[i],
@@ -107,8 +108,22 @@ class Simulation:
                 self.recorder,
             )
         self.attacker: NetworkDoubleSpend | NetworkSelfishMiner | None = None
+        self.multi_root: MultiRootMiner | None = None
         attack = scenario.attack
-        if attack.kind != "none" and attack.model == "network":
+        if attack.kind == "multi_root":
+            node = self.full_nodes[scenario.mining_nodes]
+            self.multi_root = MultiRootMiner(
+                node,
+                attack.share,
+                attack.roots,
+                rate_per_ms,
+                target0,
+                self.engine,
+                self.streams.stream("adversary"),
+                self.recorder,
+            )
+            self.miners[node.index] = self.multi_root
+        elif attack.kind != "none" and attack.model == "network":
             self.attacker = self._network_attacker(rate_per_ms, target0)
         self.load = TxLoad(
             scenario.load.tps,
@@ -299,12 +314,15 @@ class Simulation:
             attack["attacker_revenue_share"] = metrics["revenue_share"].get("attacker", 0.0)
         elif attacker is not None:
             attack = attacker.metrics()
+        elif self.multi_root is not None:
+            attack = self.multi_root.metrics()
+            attack["attacker_revenue_share"] = metrics["revenue_share"].get("attacker", 0.0)
         else:
             attack = adversary.run_attack(self.scenario, self.params, self.streams)
         if attacker is not None:
             attack["simulated_s"] = round(self._mined_ms / 1000.0, DIGITS)
         metrics.update(attack)
-        if attacker is None and "attacker_revenue_share" in attack:
+        if attack.get("attack_model") == "milestone-race" and "attacker_revenue_share" in attack:
             a = attack["attacker_revenue_share"]
             revenue = {k: round(v * (1 - a), 6) for k, v in metrics["revenue_share"].items()}
             revenue["attacker"] = a
@@ -344,7 +362,23 @@ class Simulation:
         }
         if self.attacker is not None and self.attacker.node.root is not None:
             roots[self.attacker.node.root] = "attacker"
-        metrics = compute_metrics(self.recorder, self.observer.chain, self._simulated_s(), roots)
+        if self.multi_root is not None:
+            for root in self.multi_root.roots:
+                roots[root] = "attacker"
+        pooled: set[bytes] = set()
+        for node in self.full_nodes:
+            pooled.update(node.mempool.txids_by_fee_rate())
+        known = self.known_txs
+
+        def spread(txid: bytes) -> int:
+            holders = known.holders.get(txid)
+            if holders is None:
+                return len(self.nodes) if txid in known.everywhere else 0
+            return len(holders)
+
+        metrics = compute_metrics(
+            self.recorder, self.observer.chain, self._simulated_s(), roots, pooled, spread
+        )
         metrics["txs_starved"] = self.load.starved
         metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
         metrics["messages"] = self.network.messages
