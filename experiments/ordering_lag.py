@@ -32,16 +32,21 @@ from simulator.simulation import OBSERVER, Simulation
 
 
 def oldest_first_tip_link(
-    chain: Chain, ms_link: BlockId, previous: bytes, own_root: BlockId | None
-) -> BlockId:
-    """§3.4's tip link with the opposite tie-break: the *oldest* unlinked pending block first.
+    chain: Chain,
+    ms_link: BlockId,
+    previous: bytes,
+    own_root: BlockId | None,
+    *,
+    oldest_first: bool = True,
+) -> tuple[BlockId, ...]:
+    """§3.4's tip links with the opposite tie-break: the *oldest* unlinked pending blocks first.
 
     ``--oldest-tip`` swaps it in for one run (PROTOCOL.md §14, question 2).
     """
-    return ORIGINAL_TIP_LINK(chain, ms_link, previous, own_root, oldest_first=True)
+    return ORIGINAL_TIP_LINK(chain, ms_link, previous, own_root, oldest_first=oldest_first)
 
 
-ORIGINAL_TIP_LINK = template._tip_link
+ORIGINAL_TIP_LINK = template.choose_tip_links
 
 
 def measure(
@@ -51,11 +56,11 @@ def measure(
     scenario = load_scenario(scenario_path, overrides)
     sim = Simulation(scenario)
     if oldest_tip:
-        template._tip_link = oldest_first_tip_link
+        template.choose_tip_links = oldest_first_tip_link
     try:
         metrics = sim.run().metrics
     finally:
-        template._tip_link = ORIGINAL_TIP_LINK
+        template.choose_tip_links = ORIGINAL_TIP_LINK
     observer = sim.nodes[OBSERVER]
     if not isinstance(observer, SimNode):  # pragma: no cover - node 0 is a full node
         raise TypeError("the observer must be a full node")
