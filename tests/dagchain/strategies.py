@@ -14,6 +14,8 @@ from dagchain.types import Address, BlockId, TxId
 MAX_INPUTS = 6
 MAX_OUTPUTS = 6
 MAX_BLOCK_TXS = 4
+MAX_TIP_LINKS = 9
+"""One past ``max_tip_links``: the codec does not bound the tip list (H5 does, after H7)."""
 
 
 def hashes() -> st.SearchStrategy[bytes]:
@@ -70,7 +72,7 @@ def block_headers() -> st.SearchStrategy[BlockHeader]:
         version=st.integers(0, U16),
         milestone_link=hashes().map(BlockId),
         previous_link=hashes().map(BlockId),
-        tip_link=hashes().map(BlockId),
+        tips_root=hashes(),
         merkle_root=hashes(),
         timestamp_ms=u64s(),
         target=u32s(),
@@ -79,10 +81,12 @@ def block_headers() -> st.SearchStrategy[BlockHeader]:
 
 
 def blocks() -> st.SearchStrategy[Block]:
-    """A block of 0..MAX_BLOCK_TXS arbitrary transactions (merkle root not checked by the codec)."""
+    """A block of 0..MAX_TIP_LINKS tip links and 0..MAX_BLOCK_TXS arbitrary transactions (the codec
+    checks neither root: H7 is the chain's, §3.3 step 3)."""
     return st.builds(
         make_block,
         header=block_headers(),
+        tip_links=st.lists(hashes(), max_size=MAX_TIP_LINKS),
         txs=st.lists(transactions(), max_size=MAX_BLOCK_TXS),
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from dagchain.blocks import Block, BlockHeader, compute_merkle_root, make_block
+from dagchain.blocks import Block, BlockHeader, compute_merkle_root, compute_tips_root, make_block
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.errors import MalformedBlock, NotYetValid, RejectedBlock
 from dagchain.genesis import FAUCET_SECRET, genesis_block
@@ -98,7 +98,9 @@ def craft(
     chain: Chain,
     *,
     previous: bytes,
-    tip: bytes,
+    tip: bytes | None = None,
+    tips: Sequence[bytes] | None = None,
+    tips_root: bytes | None = None,
     milestone: bytes | None = None,
     txs: Sequence[Transaction] = (),
     timestamp_ms: int | None = None,
@@ -111,8 +113,12 @@ def craft(
 
     With ``real_pow`` the nonce meets the milestone link's block target (and the header's own
     target if that is a smaller valid one), and the block is not a milestone; otherwise the nonce
-    is chosen so that the hash is *above* the block target (H4 fails).
+    is chosen so that the hash is *above* the block target (H4 fails). ``tips`` is the tip list as
+    given, ``tip`` a one-tip shorthand; ``tips_root`` overrides §2.1's commitment (H7 tests).
     """
+    if tips is None:
+        assert tip is not None, "craft needs tip= or tips="
+        tips = [tip]
     ms = BlockId(milestone if milestone is not None else chain.genesis_id)
     snap = chain.get_snapshot(ms)
     blk_target = snap.blk_target if snap is not None else genesis_blk_target(chain.params)
@@ -129,7 +135,7 @@ def craft(
         version,
         ms,
         BlockId(previous),
-        BlockId(tip),
+        compute_tips_root(tips) if tips_root is None else tips_root,
         compute_merkle_root(txs) if merkle_root is None else merkle_root,
         timestamp_ms,
         target,
@@ -140,7 +146,7 @@ def craft(
         header = grind(header, pow_target, False if pow_target > ms_target else None, ms_target)
     else:
         header = above_target(header, blk_target)
-    return make_block(header, txs)
+    return make_block(header, tips, txs)
 
 
 def above_target(header: BlockHeader, target: int) -> BlockHeader:
@@ -298,11 +304,19 @@ def test_h4_hash_above_target_is_rejected(chain: Chain, peer: Block) -> None:
     refuse(chain, block, RejectedBlock, "H4")
 
 
-@pytest.mark.parametrize("field", ["milestone", "previous", "tip"])
+@pytest.mark.parametrize("field", ["milestone", "previous", "tip", "tips_root"])
 def test_h5_null_link_is_rejected(chain: Chain, peer: Block, field: str) -> None:
+    """H5 (v2): no header link (milestone, previous, ``tips_root``) and no tip link is null."""
     links = {"milestone": chain.genesis_id, "previous": peer.id, "tip": chain.genesis_id}
-    links[field] = NULL_ID
-    block = craft(chain, previous=links["previous"], tip=links["tip"], milestone=links["milestone"])
+    if field != "tips_root":
+        links[field] = NULL_ID
+    block = craft(
+        chain,
+        previous=links["previous"],
+        tip=links["tip"],
+        milestone=links["milestone"],
+        tips_root=NULL_ID if field == "tips_root" else None,
+    )
     refuse(chain, block, RejectedBlock, "H5")
 
 
@@ -318,7 +332,7 @@ def test_h5_tip_equal_to_previous_is_allowed_when_both_are_genesis(chain: Chain)
         tip=chain.genesis_id,
         register=address_of_secret(secret_of(2)),
     )
-    assert block.header.tip_link == block.header.previous_link == chain.genesis_id
+    assert block.tip_links == (block.header.previous_link,) == (chain.genesis_id,)
     accept(chain, block)
 
 
@@ -668,8 +682,8 @@ def _mutations(block: Block, txs: Sequence[Transaction]) -> dict[str, bytes]:
     first = txs[0]
     filler = [unsigned_transfer(i) for i in range(SIM.block_capacity + 1 - len(txs))]
     return {
-        "swapped-txs": make_block(block.header, list(reversed(txs))).raw,
-        "129-txs": make_block(block.header, [*txs, *filler]).raw,
+        "swapped-txs": make_block(block.header, block.tip_links, list(reversed(txs))).raw,
+        "129-txs": make_block(block.header, block.tip_links, [*txs, *filler]).raw,
         "non-canonical-tx": block.raw.replace(first.raw, b"\x94\xcc\x01" + first.raw[2:]),
     }
 

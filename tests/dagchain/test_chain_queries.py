@@ -2,7 +2,7 @@
 
 import pytest
 
-from dagchain.blocks import BlockHeader, make_block
+from dagchain.blocks import BlockHeader, compute_tips_root, make_block
 from dagchain.chain import BlockStatus, Chain
 from dagchain.errors import RejectedBlock
 from dagchain.params import DEVNET
@@ -54,26 +54,30 @@ def test_orphans_of_a_rejected_parent_are_rejected_at_once() -> None:
         1,
         chain.best_id,
         reg.id,
-        chain.genesis_id,
+        compute_tips_root([chain.genesis_id]),
         good.header.merkle_root,
         reg.header.timestamp_ms - 1,
         good.header.target,
         0,
     )
     snap = chain.best_snapshot
-    bad = make_block(grind(bad_header, snap.blk_target, None, snap.ms_target), ())
+    bad = make_block(
+        grind(bad_header, snap.blk_target, None, snap.ms_target), [chain.genesis_id], ()
+    )
     child = build_block(chain, previous=reg.id, tip=chain.genesis_id)
     child_header = BlockHeader(
         1,
         chain.best_id,
         bad.id,
-        chain.genesis_id,
+        compute_tips_root([chain.genesis_id]),
         child.header.merkle_root,
         reg.header.timestamp_ms + 5,
         child.header.target,
         0,
     )
-    orphan = make_block(grind(child_header, snap.blk_target, None, snap.ms_target), ())
+    orphan = make_block(
+        grind(child_header, snap.blk_target, None, snap.ms_target), [chain.genesis_id], ()
+    )
     held = chain.on_block(orphan.raw, node.now_ms)
     assert held.status is BlockStatus.ORPHAN
     assert held.missing == (bad.id,)

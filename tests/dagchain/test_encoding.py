@@ -21,6 +21,7 @@ from dagchain.blocks import (
     Block,
     BlockHeader,
     compute_block_id,
+    compute_tips_root,
     decode_block,
     decode_header,
     make_block,
@@ -48,11 +49,13 @@ PUBKEY = bytes(range(32))
 SIGNATURE = bytes(range(64))
 ADDRESS = Address(hash32(b"payee"))
 
+TIP = BlockId(bytes([0x33]) * 32)
+TIPS = (TIP,)
 HEADER = BlockHeader(
     version=0x0102,
     milestone_link=BlockId(bytes([0x11]) * 32),
     previous_link=BlockId(bytes([0x22]) * 32),
-    tip_link=BlockId(bytes([0x33]) * 32),
+    tips_root=compute_tips_root(TIPS),
     merkle_root=bytes([0x44]) * 32,
     timestamp_ms=0x0102030405060708,
     target=0x1E010000,
@@ -91,11 +94,15 @@ def tx_bytes(**pieces: bytes) -> bytes:
     return b"".join(pieces.get(name, default) for name, default in _TX_PIECES.items())
 
 
-def block_bytes(*txs: bytes, header: bytes | None = None) -> bytes:
-    """``[bin(150), [tx...]]`` with canonical array and bin headers around the given pieces."""
+TIPS_BYTES = b"\x91\xc4\x20" + TIP
+"""The canonical one-tip list ``[bin(32)]`` of HEADER (§2.2)."""
+
+
+def block_bytes(*txs: bytes, header: bytes | None = None, tips: bytes = TIPS_BYTES) -> bytes:
+    """``[bin(150), [bin(32)...], [tx...]]`` with canonical array and bin headers (§2.2, v2)."""
     assert len(txs) < 16
     head = b"\xc4\x96" + HEADER.encode() if header is None else header
-    return b"\x92" + head + bytes([0x90 | len(txs)]) + b"".join(txs)
+    return b"\x93" + head + tips + bytes([0x90 | len(txs)]) + b"".join(txs)
 
 
 def test_hand_assembled_base_tx_is_the_canonical_encoding() -> None:
@@ -158,7 +165,7 @@ def test_e2_hash_is_not_truncated_blake2b_512() -> None:
 
 def test_e2_txid_and_block_id_are_hashes_of_the_canonical_bytes() -> None:
     tx = base_tx()
-    block = make_block(HEADER, [tx])
+    block = make_block(HEADER, TIPS, [tx])
     assert tx.txid == hash32(tx.raw)
     assert block.id == hash32(HEADER.encode())
 
@@ -171,7 +178,7 @@ def test_header_is_150_bytes_with_fields_at_the_section_2_1_offsets() -> None:
     assert len(raw) == HEADER_SIZE == 150
     assert raw[2:34] == HEADER.milestone_link
     assert raw[34:66] == HEADER.previous_link
-    assert raw[66:98] == HEADER.tip_link
+    assert raw[66:98] == HEADER.tips_root == compute_tips_root(TIPS)
     assert raw[98:130] == HEADER.merkle_root
     assert int.from_bytes(raw[130:138], "little") == HEADER.timestamp_ms
     assert int.from_bytes(raw[138:142], "little") == HEADER.target
@@ -191,11 +198,13 @@ def test_header_of_wrong_length_is_rejected(length: int) -> None:
         decode_header(bytes(length))
 
 
-def test_empty_block_is_154_bytes() -> None:
-    """0x92, bin8 header (c4 96), 150 header bytes, empty array 0x90 (§2.2)."""
-    block = make_block(HEADER, [])
-    assert len(block.raw) == 154
-    assert block.raw == b"\x92\xc4\x96" + HEADER.encode() + b"\x90"
+def test_one_tip_empty_block_is_189_bytes() -> None:
+    """§2.2 (v2): 0x93, bin8 header (c4 96), 150 header bytes, the tip list 0x91 c4 20 + 32 bytes,
+    empty tx array 0x90: "one tip, no txs = 189 bytes"."""
+    block = make_block(HEADER, TIPS, [])
+    assert len(block.raw) == 189
+    assert block.raw == b"\x93\xc4\x96" + HEADER.encode() + TIPS_BYTES + b"\x90"
+    assert block.tip_links == TIPS
     assert block.header_bytes == HEADER.encode()
     assert decode_block(block.raw, PARAMS) == block
 
@@ -203,10 +212,11 @@ def test_empty_block_is_154_bytes() -> None:
 def test_block_header_bytes_are_the_hashed_header() -> None:
     """Regression: ``Block.header_bytes`` sliced ``raw[4:154]``, one byte past the header.
 
-    The block starts 0x92 (array of 2), c4 96 (bin8 of 150), so the header is ``raw[3:153]``;
-    anyone re-hashing or relaying ``header_bytes`` got a different id than ``block.id``.
+    The block starts 0x93 (array of 3, v2), c4 96 (bin8 of 150), so the header is
+    ``raw[3:153]``; anyone re-hashing or relaying ``header_bytes`` got a different id than
+    ``block.id``.
     """
-    block = decode_block(make_block(HEADER, [base_tx()]).raw, PARAMS)
+    block = decode_block(make_block(HEADER, TIPS, [base_tx()]).raw, PARAMS)
     assert block.header_bytes == HEADER.encode()
     assert compute_block_id(block.header_bytes) == block.id
 
@@ -248,10 +258,22 @@ def test_e3_non_shortest_header_in_block_tx_is_rejected(pieces: dict[str, bytes]
 @pytest.mark.parametrize(
     "data",
     [
-        pytest.param(b"\xdc\x00\x02\xc4\x96" + HEADER.encode() + b"\x90", id="block-array16"),
-        pytest.param(b"\x92\xc5\x00\x96" + HEADER.encode() + b"\x90", id="header-bin16"),
-        pytest.param(b"\x92\xc4\x96" + HEADER.encode() + b"\xdc\x00\x00", id="txs-array16"),
-        pytest.param(b"\x92\xc4\x96" + HEADER.encode() + b"\xdd\x00\x00\x00\x00", id="txs-array32"),
+        pytest.param(
+            b"\xdc\x00\x03\xc4\x96" + HEADER.encode() + TIPS_BYTES + b"\x90", id="block-array16"
+        ),
+        pytest.param(
+            b"\x93\xc5\x00\x96" + HEADER.encode() + TIPS_BYTES + b"\x90", id="header-bin16"
+        ),
+        pytest.param(
+            b"\x93\xc4\x96" + HEADER.encode() + TIPS_BYTES + b"\xdc\x00\x00", id="txs-array16"
+        ),
+        pytest.param(
+            b"\x93\xc4\x96" + HEADER.encode() + TIPS_BYTES + b"\xdd\x00\x00\x00\x00",
+            id="txs-array32",
+        ),
+        pytest.param(block_bytes(tips=b"\xdc\x00\x01\xc4\x20" + TIP), id="tips-array16"),
+        pytest.param(block_bytes(tips=b"\x91\xc5\x00\x20" + TIP), id="tip-bin16"),
+        pytest.param(b"\x92\xc4\x96" + HEADER.encode() + b"\x90", id="v1-two-entries-no-tips"),
     ],
 )
 def test_e3_non_shortest_header_in_block_is_rejected(data: bytes) -> None:
@@ -336,7 +358,7 @@ def test_e4_two_concatenated_txs_are_rejected() -> None:
 
 @pytest.mark.parametrize("extra", [b"\x00", b"\x90", base_tx().raw])
 def test_e4_trailing_bytes_after_block_are_rejected(extra: bytes) -> None:
-    block = make_block(HEADER, [base_tx()])
+    block = make_block(HEADER, TIPS, [base_tx()])
     with pytest.raises(EncodingError):
         decode_block(block.raw + extra, PARAMS)
 
@@ -430,7 +452,7 @@ def test_e6_oversized_tx_is_refused_before_unpacking(monkeypatch: pytest.MonkeyP
 
 
 def test_e6_block_at_max_block_bytes_is_accepted_one_byte_over_is_not() -> None:
-    block = make_block(HEADER, [base_tx(), base_tx()])
+    block = make_block(HEADER, TIPS, [base_tx(), base_tx()])
     at_limit = PARAMS.replace(max_block_bytes=len(block.raw))
     below = PARAMS.replace(max_block_bytes=len(block.raw) - 1)
     assert decode_block(block.raw, at_limit) == block
@@ -439,7 +461,7 @@ def test_e6_block_at_max_block_bytes_is_accepted_one_byte_over_is_not() -> None:
 
 
 def test_e6_oversized_block_is_refused_before_unpacking(monkeypatch: pytest.MonkeyPatch) -> None:
-    data = b"\x92\xc4\x96" + HEADER.encode() + b"\x90" + bytes(PARAMS.max_block_bytes)
+    data = b"\x93\xc4\x96" + HEADER.encode() + TIPS_BYTES + b"\x90" + bytes(PARAMS.max_block_bytes)
     _forbid_unpacking(monkeypatch)
     with pytest.raises(EncodingError):
         decode_block(data, PARAMS)

@@ -11,7 +11,7 @@ from dagchain.errors import InvalidTransaction, Reason
 from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET, SIM, ConsensusParams
 from dagchain.rewards import compute_block_reward
-from dagchain.sortition import SortitionWindow, is_tx_assigned
+from dagchain.sortition import SortitionWindow, is_tx_assigned, span_floor_ms
 from dagchain.transactions import (
     TxIn,
     TxKind,
@@ -124,14 +124,20 @@ def test_v2_a_valid_tx_repeated_in_a_later_block_is_a_double_spend() -> None:
 # ---------------------------------------------------------------- V4 warm-up
 
 
+SHARE_DEVNET = DEVNET.replace(sortition_weighting="share")
+"""Devnet (c = 1/1) under ``share``: v2 keeps S1's warm-up for that weighting only (§8.1)."""
+
+
 def test_v4_txs_of_a_peer_chain_up_to_height_k_are_warmup() -> None:
-    """V4/S1: txs of a registration block and of blocks with m <= K are INVALID warm-up (and
-    spend nothing); the first block with m = K + 1 carries the same tx VALIDly."""
-    node = Node(DEVNET)
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET)
+    """V4/S1 (v2: ``share`` weighting): txs of a registration block and of blocks with m <= K are
+    INVALID warm-up (and spend nothing); the first block with m = K + 1 carries the same tx
+    VALIDly."""
+    params = SHARE_DEVNET
+    node = Node(params)
+    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], params)
     block = node.register(ALICE, txs=[pay], ms=True)
     assert verdicts(node.chain, block.id) == [Reason.VALID, Reason.WARMUP]
-    for m in range(2, DEVNET.sortition_warmup + 1):
+    for m in range(2, params.sortition_warmup + 1):
         block = node.mine(block.id, txs=[pay], ms=True)
         meta = node.chain.get_meta(block.id)
         assert meta is not None
@@ -145,8 +151,13 @@ def test_v4_txs_of_a_peer_chain_up_to_height_k_are_warmup() -> None:
 
 # ---------------------------------------------------------------- V5 sortition and S6 freshness
 
-SORTITION_PARAMS = SIM.replace(sortition_warmup=2)
-"""Sim (c = 1/100, share weighting) with a short warm-up so a peer chain can carry txs at m = 3."""
+SORTITION_PARAMS = SIM.replace(
+    sortition_warmup=2, sortition_weighting="share", sortition_c_num=1, sortition_c_den=4
+)
+"""Sim with share weighting (v2's default is uniform, §8.1), c = 1/4 and a short warm-up so a peer
+chain can carry txs at m = 3. S2's v2 floor is K · τ / b = 2 · 10,000 / 80 = 250 ms, so a chain
+that mined its two blocks within 10 ms has ŝ = 1 at the genesis hash rate (8 blocks/s) and each tx
+is eligible with probability c · ŝ = 1/4."""
 
 
 def test_v5_sortition_verdicts_follow_the_assignment_rule() -> None:
@@ -155,7 +166,7 @@ def test_v5_sortition_verdicts_follow_the_assignment_rule() -> None:
     params = SORTITION_PARAMS
     node = Node(params)
     first = node.register(ALICE, ms=True)
-    # A 10 ms span over the window makes about half of the txs eligible at c = 1/100.
+    # A 10 ms span over the window is raised to S2's floor (v2): 250 ms.
     second = node.mine(first.id, ms=True, timestamp_ms=params.genesis_timestamp_ms + 10)
     txs = [transfer([(node.genesis, i)], [(FAUCET_COINS, BOB)], params) for i in range(24)]
     block = node.mine(second.id, txs=txs, ms=True)
@@ -165,6 +176,7 @@ def test_v5_sortition_verdicts_follow_the_assignment_rule() -> None:
     assert meta is not None
     assert link is not None
     assert link.hash_rate > 0
+    assert meta.span_ms == span_floor_ms(params) == 250
     window = SortitionWindow(meta.peer_height, meta.work, meta.span_ms)
     assigned = [
         is_tx_assigned(tx.txid, block.header.previous_link, window, link.hash_rate, params)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dagchain.blocks import BlockHeader, make_block
+from dagchain.blocks import BlockHeader, compute_tips_root, make_block
 from dagchain.crypto import hash32
 from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET, genesis_block
 from dagchain.mempool import (
@@ -454,15 +454,27 @@ def test_template_is_deterministic_and_leaves_the_pool_alone() -> None:
     assert snapshot(one) == before
 
 
-def test_warmup_chain_gets_no_txs() -> None:
-    """§8.1 S1: a peer chain at height ≤ K carries no txs (here every tx passes S5: Hr = 0)."""
+def test_warmup_chain_gets_no_txs_under_share() -> None:
+    """§8.1 S1 (v2: ``share`` only): a peer chain at height ≤ K carries no txs (here every tx
+    passes S5: Hr = 0)."""
     k = DEVNET.sortition_warmup
-    for params in (DEVNET, OPEN_PARAMS):
+    share = DEVNET.replace(sortition_weighting="share")
+    for params in (share, share.replace(sortition_enabled=False)):
         pool, _ = filled_pool(20, params)
         warm = SortitionWindow(peer_height=k, work=0, span_ms=0)
         ready = SortitionWindow(peer_height=k + 1, work=0, span_ms=0)
         assert pool.select_for_template(PREV, warm, 0, 127, 10**9) == []
         assert len(pool.select_for_template(PREV, ready, 0, 127, 10**9)) == 20
+
+
+def test_no_warmup_under_uniform() -> None:
+    """§8.1 S1 (v2): under ``uniform`` weighting (devnet c = 1/1) a new peer chain's second block
+    already carries every tx."""
+    assert DEVNET.sortition_weighting == "uniform"
+    for params in (DEVNET, OPEN_PARAMS):
+        pool, _ = filled_pool(20, params)
+        second = SortitionWindow(peer_height=2, work=0, span_ms=0)
+        assert len(pool.select_for_template(PREV, second, 0, 127, 10**9)) == 20
 
 
 def sim_block_id(nonce: int) -> BlockId:
@@ -471,33 +483,37 @@ def sim_block_id(nonce: int) -> BlockId:
         version=1,
         milestone_link=SIM_GENESIS.id,
         previous_link=SIM_GENESIS.id,
-        tip_link=SIM_GENESIS.id,
+        tips_root=compute_tips_root([SIM_GENESIS.id]),
         merkle_root=bytes(32),
         timestamp_ms=SIM.genesis_timestamp_ms + 1_000,
         target=SIM.genesis_ms_target_bits,
         nonce=nonce,
     )
-    return make_block(header, ()).id
+    return make_block(header, [SIM_GENESIS.id], ()).id
 
 
 def test_two_previous_links_select_nearly_disjoint_txs() -> None:
     """§8.1 S4/S5 and §8.3 C1: a fresh draw per previous link keeps duplicate inclusions near c·s.
 
-    SIM (K = 100, c = 1/100, share weighting) at the genesis block target: the network mines
-    8 blocks/s, so Hr = 8 · work(blk_target) per second; a half-share chain took S = 25 s for its
-    last K blocks, so ŝ = 1/2 and each tx is eligible with probability c · ŝ = 0.5 %.
+    SIM (K = 100) with share weighting and c = 1/100 (not the v2 default, §8.1) at the genesis
+    block target: the network mines 8 blocks/s, so Hr = 8 · work(blk_target) per second; a
+    half-share chain took S = 25 s for its last K blocks, so ŝ = 1/2 and each tx is eligible with
+    probability c · ŝ = 0.5 %.
     """
+    share = SIM.replace(sortition_weighting="share", sortition_c_num=1, sortition_c_den=100)
     block_work = compute_work(genesis_blk_target(SIM))
     hash_rate = 8 * block_work
     window = SortitionWindow(SIM.sortition_warmup + 1, 100 * block_work, 25_000)
-    pool = Mempool(SIM)
+    pool = Mempool(share)
     txs = [transfer(n) for n in range(10_000)]
     for n, tx in enumerate(txs):
         pool.add(tx, n, NOW)
     picks = []
     for link in (sim_block_id(1), sim_block_id(2)):
         chosen = pool.select_for_template(link, window, hash_rate, 10_000, 10**9)
-        eligible = {tx.txid for tx in txs if is_tx_assigned(tx.txid, link, window, hash_rate, SIM)}
+        eligible = {
+            tx.txid for tx in txs if is_tx_assigned(tx.txid, link, window, hash_rate, share)
+        }
         assert {tx.txid for tx in chosen} == eligible
         assert 25 <= len(chosen) <= 100  # about 50 = 0.5 % of 10,000
         picks.append(eligible)

@@ -2,7 +2,7 @@
 
 import hashlib
 
-from dagchain.blocks import Block, BlockHeader, make_block
+from dagchain.blocks import Block, BlockHeader, compute_tips_root, make_block
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.errors import MalformedBlock
 from dagchain.genesis import genesis_block
@@ -34,20 +34,20 @@ def accept(chain: Chain, block: Block, now_ms: int = NOW) -> BlockOutcome:
 
 
 def stray(i: int) -> bytes:
-    """A block whose milestone link nobody has: held as raw bytes after steps 1-3 (154 bytes)."""
+    """A block whose milestone link nobody has: held as raw bytes after steps 1-3 (189 bytes)."""
     gid = genesis_block(SIM).id
     unknown = BlockId(hashlib.blake2b(b"unknown %d" % i, digest_size=32).digest())
     header = BlockHeader(
         1,
         unknown,
         gid,
-        gid,
+        compute_tips_root([gid]),
         bytes(32),
         SIM.genesis_timestamp_ms + 1,
         encode_compact(genesis_blk_target(SIM)),
         0,
     )
-    return make_block(header, ()).raw
+    return make_block(header, [gid], ()).raw
 
 
 def held(chain: Chain, raw: bytes) -> bool:
@@ -93,7 +93,9 @@ def test_p13_mutated_copy_does_not_shadow_the_real_block() -> None:
     real = build_block(
         source, previous=source.genesis_id, milestone=m1.id, register=None, txs=[reg]
     )
-    copy = make_block(real.header, [reg, registration_tx(address_of_secret(secret_of(2)))])
+    copy = make_block(
+        real.header, real.tip_links, [reg, registration_tx(address_of_secret(secret_of(2)))]
+    )
     assert copy.id == real.id
     assert copy.raw != real.raw
 

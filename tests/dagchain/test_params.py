@@ -49,7 +49,7 @@ def test_genesis_header_fields(params: ConsensusParams) -> None:
     assert header.version == 1
     assert header.milestone_link == NULL_ID == bytes(32)
     assert header.previous_link == NULL_ID
-    assert header.tip_link == NULL_ID
+    assert header.tips_root == NULL_ID
     assert header.merkle_root == bytes(32)
     assert header.timestamp_ms == params.genesis_timestamp_ms
     assert header.target == params.genesis_ms_target_bits
@@ -57,12 +57,14 @@ def test_genesis_header_fields(params: ConsensusParams) -> None:
 
 
 @pytest.mark.parametrize("params", NETWORKS)
-def test_genesis_has_no_transactions_and_is_an_empty_154_byte_block(
+def test_genesis_has_no_transactions_and_is_an_empty_155_byte_block(
     params: ConsensusParams,
 ) -> None:
+    """§2.2 (v2): genesis = [header, [], []]: no tips, no txs, 1 + 2 + 150 + 1 + 1 = 155 bytes."""
     genesis = genesis_block(params)
     assert genesis.txs == ()
-    assert len(genesis.raw) == 154
+    assert genesis.tip_links == ()
+    assert len(genesis.raw) == 155
     assert decode_block(genesis.raw, params) == genesis
     assert genesis.id == hash32(genesis.header.encode())
 
@@ -139,10 +141,10 @@ def test_get_params_unknown_name_lists_the_choices() -> None:
 @pytest.mark.parametrize(
     ("params", "k", "c", "sortition_fresh", "reward_fresh", "punctuality", "confirm", "drift_ms"),
     [
-        pytest.param(MAINNET, 100, (1, 100), 3, 10, 100, 6, 15_000, id="mainnet"),
-        pytest.param(TESTNET, 100, (1, 100), 3, 10, 100, 6, 15_000, id="testnet"),
+        pytest.param(MAINNET, 100, (1, 120), 3, 10, 100, 6, 15_000, id="mainnet"),
+        pytest.param(TESTNET, 100, (1, 120), 3, 10, 100, 6, 15_000, id="testnet"),
         pytest.param(DEVNET, 4, (1, 1), 20, 20, 20, 1, 5_000, id="devnet"),
-        pytest.param(SIM, 100, (1, 100), 3, 10, 100, 6, 2_000, id="sim"),
+        pytest.param(SIM, 100, (1, 120), 3, 10, 100, 6, 2_000, id="sim"),
     ],
 )
 def test_preset_sortition_freshness_finality_and_drift(
@@ -155,9 +157,11 @@ def test_preset_sortition_freshness_finality_and_drift(
     confirm: int,
     drift_ms: int,
 ) -> None:
+    """§10 (v2): uniform weighting by default, c = 1/120 (devnet 1/1), up to 8 tip links (§8.1)."""
     assert params.sortition_warmup == k
     assert (params.sortition_c_num, params.sortition_c_den) == c
-    assert params.sortition_weighting == "share"
+    assert params.sortition_weighting == "uniform"
+    assert params.max_tip_links == 8
     assert params.sortition_freshness == sortition_fresh
     assert params.reward_freshness == reward_fresh
     assert params.punctuality == punctuality

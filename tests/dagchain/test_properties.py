@@ -4,22 +4,26 @@ Proof of work is real but cheap: the module runs on DEVNET with a harder genesis
 (``0x20040000``: ms_target 2^250, blk_target 2^252), so a block takes about 16 hashes, a milestone
 about 64, and a mutated nonce fails H4 with probability 15/16 (on plain DEVNET almost every hash
 is a block, so a "bad PoW" block could not be built cheaply). DEVNET never retargets, so every
-milestone adds the same work and chainwork is proportional to height.
+milestone adds the same work and chainwork is proportional to height. The module keeps ``share``
+weighting (devnet c = 1/1, as in v1): S1's warm-up exists only under ``share`` (v2 §8.1), and the
+pool must still produce WARMUP verdicts next to VALID, double spends and missing inputs.
 
 Each DAG of the pool is built once per module; Hypothesis draws delivery permutations, prefixes,
 mutations and fork shapes over them, so an example costs a few dozen ``on_block`` calls.
 """
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from dagchain.blocks import Block, BlockHeader, compute_merkle_root, make_block
+from dagchain.blocks import Block, BlockHeader, compute_merkle_root, compute_tips_root, make_block
 from dagchain.chain import BlockStatus, Chain
 from dagchain.errors import InvalidBlock, MalformedBlock, Reason, RejectedBlock
 from dagchain.genesis import FAUCET_SECRET
@@ -46,7 +50,7 @@ from tests.dagchain.builders import (
     secret_of,
 )
 
-PARAMS = DEVNET.replace(genesis_ms_target_bits=0x20040000)
+PARAMS = DEVNET.replace(genesis_ms_target_bits=0x20040000, sortition_weighting="share")
 NOW = PARAMS.genesis_timestamp_ms + 10**9
 """Far after every block timestamp (H11 never interferes)."""
 K = PARAMS.sortition_warmup
@@ -348,34 +352,28 @@ Mutation = Callable[[Chain, Block], tuple[bytes, frozenset[str]] | None]
 """Returns the mutated bytes and the rule ids that may reject them, or None if not applicable."""
 
 
-def _regrind(chain: Chain, header: BlockHeader, txs: Sequence[Transaction]) -> bytes:
+def _regrind(
+    chain: Chain,
+    block: Block,
+    header: BlockHeader,
+    txs: Sequence[Transaction],
+    tips: Sequence[bytes] | None = None,
+) -> bytes:
+    """``header`` with both roots recomputed over ``txs`` and ``tips`` (default: ``block``'s tip
+    links, §2.1) and real PoW again."""
+    tip_links = block.tip_links if tips is None else tips
     snap = chain.get_snapshot(header.milestone_link) or chain.best_snapshot
-    header = BlockHeader(
-        header.version,
-        header.milestone_link,
-        header.previous_link,
-        header.tip_link,
-        compute_merkle_root(txs),
-        header.timestamp_ms,
-        header.target,
-        header.nonce + 1,
+    header = _with(
+        header,
+        tips_root=compute_tips_root(tip_links),
+        merkle_root=compute_merkle_root(txs),
+        nonce=header.nonce + 1,
     )
-    return make_block(grind(header, snap.blk_target, None, snap.ms_target), txs).raw
+    return make_block(grind(header, snap.blk_target, None, snap.ms_target), tip_links, txs).raw
 
 
-def _with(header: BlockHeader, **changes: object) -> BlockHeader:
-    fields = {
-        "version": header.version,
-        "milestone_link": header.milestone_link,
-        "previous_link": header.previous_link,
-        "tip_link": header.tip_link,
-        "merkle_root": header.merkle_root,
-        "timestamp_ms": header.timestamp_ms,
-        "target": header.target,
-        "nonce": header.nonce,
-    }
-    fields.update(changes)
-    return BlockHeader(**fields)  # type: ignore[arg-type]
+def _with(header: BlockHeader, **changes: Any) -> BlockHeader:
+    return dataclasses.replace(header, **changes)
 
 
 def mut_bad_nonce(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
@@ -383,7 +381,7 @@ def mut_bad_nonce(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | 
     assert snap is not None
     nonce = block.header.nonce + 1
     while True:
-        candidate = make_block(_with(block.header, nonce=nonce), block.txs)
+        candidate = make_block(_with(block.header, nonce=nonce), block.tip_links, block.txs)
         if int.from_bytes(candidate.id, "little") > snap.blk_target:
             return candidate.raw, frozenset({"H4"})
         nonce += 1
@@ -393,22 +391,24 @@ def mut_wrong_target(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]]
     snap = chain.get_snapshot(block.header.milestone_link)
     assert snap is not None
     header = _with(block.header, target=encode_compact(snap.blk_target // 2))
-    return _regrind(chain, header, block.txs), frozenset({"D4"})
+    return _regrind(chain, block, header, block.txs), frozenset({"D4"})
 
 
 def mut_version(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
-    return _regrind(chain, _with(block.header, version=2), block.txs), frozenset({"H2"})
+    return _regrind(chain, block, _with(block.header, version=2), block.txs), frozenset({"H2"})
 
 
 def mut_null_link(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
-    return _regrind(chain, _with(block.header, tip_link=NULL_ID), block.txs), frozenset({"H5"})
+    """H5 (v2): a null id in the tip list (committed by ``tips_root``, so H7 passes)."""
+    raw = _regrind(chain, block, block.header, block.txs, tips=[NULL_ID])
+    return raw, frozenset({"H5"})
 
 
 def mut_tip_is_previous(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
     prev = block.header.previous_link
     if prev == chain.genesis_id:
         return None
-    return _regrind(chain, _with(block.header, tip_link=prev), block.txs), frozenset({"H5"})
+    return _regrind(chain, block, block.header, block.txs, tips=[prev]), frozenset({"H5"})
 
 
 def mut_milestone_link_not_milestone(
@@ -418,7 +418,7 @@ def mut_milestone_link_not_milestone(
     if not plain:
         return None
     header = _with(block.header, milestone_link=plain[0])
-    return _regrind(chain, header, block.txs), frozenset({"D3"})
+    return _regrind(chain, block, header, block.txs), frozenset({"D3"})
 
 
 def mut_older_milestone(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
@@ -427,7 +427,7 @@ def mut_older_milestone(chain: Chain, block: Block) -> tuple[bytes, frozenset[st
     if block.header.previous_link == chain.genesis_id or prev is None or prev.ms_link_height == 0:
         return None
     header = _with(block.header, milestone_link=chain.genesis_id)
-    return _regrind(chain, header, block.txs), frozenset({"D5a"})
+    return _regrind(chain, block, header, block.txs), frozenset({"D5a"})
 
 
 def mut_timestamp_before_previous(
@@ -437,7 +437,7 @@ def mut_timestamp_before_previous(
     if block.header.previous_link == chain.genesis_id or prev is None:
         return None
     header = _with(block.header, timestamp_ms=prev.header.timestamp_ms - 1)
-    return _regrind(chain, header, block.txs), frozenset({"D6"})
+    return _regrind(chain, block, header, block.txs), frozenset({"D6"})
 
 
 def mut_bad_signature(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
@@ -452,24 +452,24 @@ def mut_bad_signature(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]
         tx.kind, [TxIn(inp.txid, inp.out_index, inp.pubkey, sig), *tx.inputs[1:]], tx.outputs
     )
     txs = [*block.txs[:index], bad, *block.txs[index + 1 :]]
-    return _regrind(chain, block.header, txs), frozenset({"H9"})
+    return _regrind(chain, block, block.header, txs), frozenset({"H9"})
 
 
 def mut_misplaced_registration(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
     txs = [*block.txs, registration_tx(address_of_secret(secret_of(999)))]
-    return _regrind(chain, block.header, txs), frozenset({"H10"})
+    return _regrind(chain, block, block.header, txs), frozenset({"H10"})
 
 
 def mut_duplicate_tx(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
     if not block.txs:
         return None
-    return _regrind(chain, block.header, [*block.txs, block.txs[-1]]), frozenset({"H8"})
+    return _regrind(chain, block, block.header, [*block.txs, block.txs[-1]]), frozenset({"H8"})
 
 
 def mut_body_not_committed(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:
     """Same header, another body: MALFORMED, and the id must stay acceptable (H7)."""
     txs = [*block.txs, registration_tx(address_of_secret(secret_of(998)))]
-    return make_block(block.header, txs).raw, frozenset({"H7"})
+    return make_block(block.header, block.tip_links, txs).raw, frozenset({"H7"})
 
 
 def mut_truncated(chain: Chain, block: Block) -> tuple[bytes, frozenset[str]] | None:

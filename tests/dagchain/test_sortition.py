@@ -6,7 +6,7 @@ import pytest
 
 from dagchain.blocks import BlockHeader, compute_merkle_root, compute_tips_root, make_block
 from dagchain.genesis import genesis_block
-from dagchain.params import MAINNET, SIM
+from dagchain.params import DEVNET, MAINNET, SIM
 from dagchain.pow import compute_work, decode_compact
 from dagchain.sortition import (
     SORTITION_TAG,
@@ -15,6 +15,7 @@ from dagchain.sortition import (
     compute_sortition_distance,
     compute_window_span,
     is_tx_assigned,
+    span_floor_ms,
 )
 from dagchain.transactions import TxKind, TxOut, make_transaction
 from dagchain.types import Address, BlockId
@@ -80,7 +81,7 @@ def test_s5_share_comparison_is_strict_at_the_bound() -> None:
     """S5: pass iff d < A, strictly, with A = 2^256/1000 (not an integer): exact integer maths."""
     assert passes(SPACE // 1000)
     assert not passes(SPACE // 1000 + 1)
-    factor, bound = assignment_bound(WINDOW, HR, MAINNET)
+    factor, bound = assignment_bound(WINDOW, HR, SHARE)
     assert (factor, bound) == (S * HR * 100, W * 1000 * 1 * SPACE)
 
 
@@ -90,7 +91,8 @@ def test_s5_share_comparison_is_strict_at_the_bound() -> None:
 def test_s4_s5_required_vector_registration_block_p() -> None:
     """S4/S5 §8.2 required vector (v2: tips [genesis], nonce 3,013): p = 439db7e2…f7080000; the
     §2.6 txid fails (d ≈ 0.473798·2^256); of H(u32 LE i), i < 10,000, exactly {2414, 7474, 8215,
-    8452, 8591, 9385} pass (i = 2414: d ≈ 0.000822·2^256), under §8.2's share weighting, c = 1/100."""
+    8452, 8591, 9385} pass (i = 2414: d ≈ 0.000822·2^256), under §8.2's share weighting,
+    c = 1/100."""
     assert compute_tips_root([genesis_block(MAINNET).id]).hex() == (
         "c863408583ac16aa7d61c170feb022cfe2f5bb221f9bae1d4da2d1ffe0cc414a"
     )
@@ -100,12 +102,12 @@ def test_s4_s5_required_vector_registration_block_p() -> None:
     assert digest.hex() == "a507db5f3c84135d9f4029c31a65bfd7ed11a62f1366843e0ee7c25045d44a79"
     distance = compute_sortition_distance(p, SECTION_2_6_TXID)
     assert distance == int.from_bytes(digest, "little")
-    assert 0.473798 < distance / SPACE < 0.473799
+    assert round(distance / SPACE, 6) == 0.473798
     assert not is_tx_assigned(SECTION_2_6_TXID, p, WINDOW, HR, SHARE)
     txids = counted_txids(10_000)
     passing = [i for i, t in enumerate(txids) if is_tx_assigned(t, p, WINDOW, HR, SHARE)]
     assert passing == [2414, 7474, 8215, 8452, 8591, 9385]
-    assert 0.000822 < compute_sortition_distance(p, txids[2414]) / SPACE < 0.000823
+    assert round(compute_sortition_distance(p, txids[2414]) / SPACE, 6) == 0.000822
 
 
 def test_s4_s5_required_vector_two_real_links_give_disjoint_sets() -> None:
@@ -132,22 +134,35 @@ def test_s4_s5_required_vector_two_real_links_give_disjoint_sets() -> None:
 
 
 @pytest.mark.parametrize("peer_height", [1, 2, MAINNET.sortition_warmup])
-def test_s1_warmup_fails_every_tx(peer_height: int) -> None:
-    """S1: while m <= K no tx passes, whatever the weighting, hash rate or switch."""
+def test_s1_warmup_fails_every_tx_under_share(peer_height: int) -> None:
+    """S1 (v2: ``share`` weighting only): while m <= K no tx passes, whatever the hash rate or
+    the simulator switch."""
     window = SortitionWindow(peer_height=peer_height, work=0, span_ms=0)
     txids = counted_txids(200)
-    for params in (
-        MAINNET,
-        MAINNET.replace(sortition_weighting="uniform"),
-        MAINNET.replace(sortition_enabled=False),
-    ):
+    for params in (SHARE, SHARE.replace(sortition_enabled=False)):
         for hash_rate in (0, HR):
             assert not any(is_tx_assigned(t, bytes(32), window, hash_rate, params) for t in txids)
 
 
+@pytest.mark.parametrize("peer_height", [1, 2, MAINNET.sortition_warmup])
+def test_s1_no_warmup_under_uniform(peer_height: int) -> None:
+    """S1 (v2): ``uniform`` weighting has no warm-up, so a block with m <= K admits exactly the
+    txs it would admit after K (about a fraction c), and the switch passes every tx."""
+    window = SortitionWindow(peer_height=peer_height, work=0, span_ms=0)
+    txids = counted_txids(2_400)
+    link = hashlib.blake2b(b"warm-up link", digest_size=32).digest()
+    assert MAINNET.sortition_weighting == "uniform"
+    early = [t for t in txids if is_tx_assigned(t, link, window, HR, MAINNET)]
+    late = [t for t in txids if is_tx_assigned(t, link, WINDOW, HR, MAINNET)]
+    assert early == late
+    assert 5 <= len(early) <= 40  # c = 1/120 of 2,400 is 20
+    off = MAINNET.replace(sortition_enabled=False)
+    assert all(is_tx_assigned(t, link, window, HR, off) for t in txids)
+
+
 def test_s3_zero_hash_rate_passes_every_tx() -> None:
     """S3: with share weighting and Hr == 0 every tx passes S5 (after warm-up)."""
-    assert all(is_tx_assigned(t, bytes(32), WINDOW, 0, MAINNET) for t in counted_txids(500))
+    assert all(is_tx_assigned(t, bytes(32), WINDOW, 0, SHARE) for t in counted_txids(500))
 
 
 def test_s5_sortition_disabled_passes_every_tx() -> None:
@@ -182,10 +197,10 @@ def test_s5_per_tx_check_agrees_with_is_tx_assigned() -> None:
     """S4/S5: the precomputed (factor, bound) check equals is_tx_assigned for share weighting."""
     link = hashlib.blake2b(b"link", digest_size=32).digest()
     window = SortitionWindow(peer_height=WINDOW.peer_height, work=W * 50, span_ms=S)
-    factor, bound = assignment_bound(window, HR, MAINNET)
+    factor, bound = assignment_bound(window, HR, SHARE)
     for txid in counted_txids(2_000):
         expected = compute_sortition_distance(link, txid) * factor < bound
-        assert is_tx_assigned(txid, link, window, HR, MAINNET) == expected
+        assert is_tx_assigned(txid, link, window, HR, SHARE) == expected
 
 
 # --- S2 span --------------------------------------------------------------------------------------
@@ -196,5 +211,25 @@ def test_s5_per_tx_check_agrees_with_is_tx_assigned() -> None:
     [(1_125_000, 1_000_000, 125_000), (1_000_000, 1_000_000, 1), (999_999, 1_000_000, 1)],
 )
 def test_s2_window_span_is_at_least_one_ms(ms_ts: int, kth_ts: int, expected: int) -> None:
-    """S2: S = max(1, ts(M) - ts(milestone_link(b_K))) in ms."""
-    assert compute_window_span(ms_ts, kth_ts) == expected
+    """S2: S = max(S_floor, ts(M) - ts(milestone_link(b_K))) in ms; S_floor = 1 where b is not
+    fixed (devnet)."""
+    assert span_floor_ms(DEVNET) == 1
+    assert compute_window_span(ms_ts, kth_ts, DEVNET) == expected
+
+
+@pytest.mark.parametrize(
+    ("ms_ts", "kth_ts", "expected"),
+    [
+        (1_125_000, 1_000_000, 125_000),
+        (1_012_501, 1_000_000, 12_501),
+        (1_012_500, 1_000_000, 12_500),
+        (1_012_499, 1_000_000, 12_500),
+        (1_000_000, 1_000_000, 12_500),
+        (999_999, 1_000_000, 12_500),
+    ],
+)
+def test_s2_window_span_has_the_v2_floor(ms_ts: int, kth_ts: int, expected: int) -> None:
+    """S2 (v2): S_floor = max(1, K · milestone_interval_ms // blocks_per_ms) = 100 · 10,000 // 80
+    = 12,500 ms on mainnet, the time the network needs for K blocks."""
+    assert span_floor_ms(MAINNET) == 12_500
+    assert compute_window_span(ms_ts, kth_ts, MAINNET) == expected

@@ -139,10 +139,12 @@ def open_chain(db: Path) -> Chain:
 
 
 def test_newer_schema_version_names_both_versions(template: Template, tmp_path: Path) -> None:
+    """§12 (v2): the schema version is 2; a newer one is never opened by older code."""
+    assert S.SCHEMA_VERSION == 2
     db = tmp_path / "db"
     filled_db(template, db)
     put_row(db, S.META_SCHEMA, S.encode_row([S.SCHEMA_VERSION + 1]))
-    with pytest.raises(StorageError, match=r"version 2 is newer than this software's version 1"):
+    with pytest.raises(StorageError, match=r"version 3 is newer than this software's version 2"):
         open_chain(db)
 
 
