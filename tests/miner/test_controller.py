@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from dagchain.blocks import compute_tips_root
 from dagchain.crypto import ZERO_HASH
 from dagchain.params import DEVNET
 from dagchain.transactions import REDEMPTION_INDEX, TxKind, verify_tx_signatures
@@ -13,6 +14,7 @@ from miner.controller import Miner, MinerConfig, MinerError, MinerState
 
 PAYOUT = Address(bytes(range(32)))
 ANCHOR = "ab" * 32
+TIP = bytes([0x33]) * 32
 
 
 def _miner(tmp_path: Path, redeem_every: int = 2) -> Miner:
@@ -30,11 +32,13 @@ def _miner(tmp_path: Path, redeem_every: int = 2) -> Miner:
 
 
 def _template(miner: Miner, redeemable: int = 500, anchor: str = ANCHOR) -> dict[str, Any]:
+    """A mining template as the API serves it (INTERFACES.md, v2: ``tips_root``, ``tip_links``)."""
     return {
         "version": 1,
         "milestone_link": "11" * 32,
         "previous_link": "22" * 32,
-        "tip_link": "33" * 32,
+        "tips_root": compute_tips_root([TIP]).hex(),
+        "tip_links": [TIP.hex()],
         "merkle_root": ZERO_HASH.hex(),
         "timestamp_ms": 1_800_000_000_000,
         "target": 0x2100FFFF,
@@ -57,6 +61,7 @@ def test_redemption_is_signed_at_tx0_and_pays_the_whole_claim(tmp_path: Path) ->
     assert [(o.amount, o.address) for o in red.outputs] == [(0, miner.key_address), (500, PAYOUT)]
     assert verify_tx_signatures(red, DEVNET)
     assert header.merkle_root != ZERO_HASH  # recomputed over the redemption
+    assert header.tips_root == compute_tips_root([TIP])
 
 
 def test_no_redemption_before_redeem_every_or_with_nothing_to_claim(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ PoW, is a block the chain accepts."""
 
 import pytest
 
-from dagchain.blocks import Block
+from dagchain.blocks import Block, compute_tips_root
 from dagchain.chain import BlockStatus
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
@@ -12,6 +12,7 @@ from miner.template import (
     BlockTemplate,
     TemplateUnavailable,
     build_template,
+    choose_tip_links,
     try_build_template,
 )
 from tests.dagchain.builders import grind
@@ -40,7 +41,8 @@ def test_registration_template_links_the_head_and_carries_the_registration() -> 
     assert t.needs_registration
     assert t.previous_link == node.genesis
     assert t.milestone_link == node.chain.best_id
-    assert t.tip_link == node.genesis
+    assert t.tip_links == (node.genesis,)
+    assert t.tips_root == compute_tips_root([node.genesis])
     assert t.peer_height == 1
     assert t.root is None
     assert [tx.kind for tx in t.txs] == [TxKind.REGISTRATION]
@@ -56,7 +58,8 @@ def test_root_template_extends_the_peer_chain_and_tips_a_fresh_block_of_another(
     bob = mine(node, pool, try_build_template(node.chain, pool, node.now_ms, register=BOB), False)
     t = try_build_template(node.chain, pool, node.now_ms, root=alice.id)
     assert (t.previous_link, t.peer_height, t.root) == (alice.id, 2, alice.id)
-    assert t.tip_link == bob.id, "the unlinked pending block of another peer chain"
+    assert t.tip_links == (bob.id,), "the unlinked pending block of another peer chain"
+    assert t.tips_root == compute_tips_root([bob.id])
     assert not t.needs_registration
     assert t.txs == ()
     mine(node, pool, t)
@@ -107,12 +110,15 @@ def test_head_from_the_future_gives_no_template_for_now() -> None:
     assert build_template(node.chain, pool, node.now_ms + ahead, root=reg.id) is not None
 
 
-def test_tip_link_prefers_the_newest_unlinked_block_or_the_oldest_when_asked() -> None:
-    """§3.4 tie-break among unlinked pending blocks of other peer chains: newest arrival first;
-    ``oldest_first`` (the ordering-lag experiment's variant) takes the oldest."""
-    from miner.template import _tip_link
-
-    node, pool = Node(DEVNET), Mempool(DEVNET)
+@pytest.mark.parametrize("max_tip_links", [1, DEVNET.max_tip_links])
+def test_tip_links_take_every_unlinked_block_newest_first_or_oldest_when_asked(
+    max_tip_links: int,
+) -> None:
+    """§3.4 (v2): every unlinked pending block of another peer chain is a tip link, newest
+    arrival first up to ``max_tip_links``, sorted ascending; ``oldest_first`` (the ordering-lag
+    experiment's variant) prefers the oldest. With a limit of one that is v1's tie-break."""
+    params = DEVNET.replace(max_tip_links=max_tip_links)
+    node, pool = Node(params), Mempool(params)
     alice = mine(node, pool, try_build_template(node.chain, pool, node.now_ms, register=ALICE))
     _, carol = key(4)
     # both templates are built before either block exists, so neither links the other
@@ -121,5 +127,14 @@ def test_tip_link_prefers_the_newest_unlinked_block_or_the_oldest_when_asked() -
     bob = mine(node, pool, for_bob, False)
     newer = mine(node, pool, for_carol, False)
     ms_link = node.chain.best_id
-    assert _tip_link(node.chain, ms_link, alice.id, alice.id) == newer.id
-    assert _tip_link(node.chain, ms_link, alice.id, alice.id, oldest_first=True) == bob.id
+    newest = choose_tip_links(node.chain, ms_link, alice.id, alice.id)
+    oldest = choose_tip_links(node.chain, ms_link, alice.id, alice.id, oldest_first=True)
+    if max_tip_links == 1:
+        assert (newest, oldest) == ((newer.id,), (bob.id,))
+    else:
+        assert newest == oldest == tuple(sorted((bob.id, newer.id)))
+    t = try_build_template(node.chain, pool, node.now_ms, root=alice.id)
+    assert t.tip_links == newest
+    assert t.tips_root == compute_tips_root(newest)
+    block = mine(node, pool, t)
+    assert block.tip_links == newest
