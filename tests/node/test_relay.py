@@ -1,0 +1,252 @@
+"""node/relay.py: the P11/P13 relay policy, driven with wire messages and times, no sockets."""
+
+import random
+
+import pytest
+
+from node import wire
+from node.relay import Relay, RelaySettings, Send
+
+BLOCK = int(wire.InvKind.BLOCK)
+TX = int(wire.InvKind.TX)
+
+
+class FakeInventory:
+    """The core's view: dicts of what we have."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[bytes, bytes] = {}
+        self.txs: dict[bytes, bytes] = {}
+
+    def has_block(self, block_id: bytes) -> bool:
+        return block_id in self.blocks
+
+    def has_tx(self, txid: bytes) -> bool:
+        return txid in self.txs
+
+    def get_block_raw(self, block_id: bytes) -> bytes | None:
+        return self.blocks.get(block_id)
+
+    def get_tx_raw(self, txid: bytes) -> bytes | None:
+        return self.txs.get(txid)
+
+
+def _id(n: int) -> bytes:
+    return n.to_bytes(32, "big")
+
+
+def _relay(peers: int = 5, **settings: object) -> tuple[Relay, FakeInventory]:
+    inv = FakeInventory()
+    relay = Relay(inv, random.Random(1), RelaySettings(**settings))  # type: ignore[arg-type]
+    for i in range(peers):
+        relay.add_peer(f"p{i}")
+    return relay, inv
+
+
+def _by_type(sends: list[Send] | tuple[Send, ...], cls: type) -> dict[str, list[wire.Message]]:
+    out: dict[str, list[wire.Message]] = {}
+    for key, msg in sends:
+        if isinstance(msg, cls):
+            out.setdefault(key, []).append(msg)
+    return out
+
+
+def _getdata_items(sends: list[Send] | tuple[Send, ...]) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {}
+    for key, msg in sends:
+        if isinstance(msg, wire.GetData):
+            out.setdefault(key, []).extend(item for _, item in msg.items)
+    return out
+
+
+@pytest.mark.parametrize("forget", [False, True])
+def test_block_accepted_is_pushed_to_relay_push_peers_and_announced_to_the_rest(
+    forget: bool,
+) -> None:
+    relay, inv = _relay(8, forget_relayed=forget)
+    block = _id(7)
+    arrival = relay.on_block("p0", block, 0)  # p0 sent it to us (unsolicited push)
+    assert not arrival.requested
+    inv.blocks[block] = b"raw"
+    sends = relay.on_block_accepted(block, b"raw")
+    pushed = _by_type(sends, wire.BlockMsg)
+    announced = _by_type(sends, wire.Inv)
+    assert len(pushed) == 3
+    assert "p0" not in pushed
+    assert "p0" not in announced
+    assert set(pushed) | set(announced) == {f"p{i}" for i in range(1, 8)}
+    assert not set(pushed) & set(announced)
+    assert all(m == [wire.Inv(((BLOCK, block),))] for m in announced.values())
+
+
+def test_block_relay_skips_peers_known_to_have_it() -> None:
+    relay, inv = _relay(5)
+    block = _id(1)
+    relay.on_inv("p1", wire.Inv(((BLOCK, block),)), 0)
+    relay.on_inv("p2", wire.Inv(((BLOCK, block),)), 0)
+    relay.on_block("p1", block, 10)
+    inv.blocks[block] = b"raw"
+    targets = {key for key, _ in relay.on_block_accepted(block, b"raw")}
+    assert targets == {"p0", "p3", "p4"}
+
+
+@pytest.mark.parametrize("forget", [False, True])
+def test_txs_are_batched_every_250_ms_into_one_inv_per_peer(forget: bool) -> None:
+    relay, inv = _relay(3, forget_relayed=forget)
+    relay.on_inv("p2", wire.Inv(((TX, _id(2)),)), 0)  # p2 told us about tx 2
+    for n in range(1, 4):
+        inv.txs[_id(n)] = b"tx%d" % n
+        relay.on_tx_accepted(_id(n), "p0" if n == 1 else None)
+    assert relay.next_flush_ms() == 250
+    assert relay.tick(100).sends == ()
+    sends = relay.tick(250).sends
+    assert len(sends) == 3  # one inv per peer
+    items = {key: [i for _, i in msg.items] for key, msg in sends if isinstance(msg, wire.Inv)}
+    assert items == {
+        "p0": [_id(2), _id(3)],  # not its own tx 1
+        "p1": [_id(1), _id(2), _id(3)],
+        "p2": [_id(1), _id(3)],  # it announced tx 2 to us
+    }
+    assert relay.next_flush_ms() is None
+    assert relay.tick(600).sends == ()
+
+
+def test_tx_inv_is_split_at_max_inv() -> None:
+    relay, inv = _relay(1)
+    for n in range(2500):
+        inv.txs[_id(n)] = b"t"
+        relay.on_tx_accepted(_id(n))
+    sends = relay.flush_txs(250)
+    assert [len(m.items) for _, m in sends if isinstance(m, wire.Inv)] == [1000, 1000, 500]
+
+
+def test_inv_fetches_from_one_announcer_then_the_next_after_10_s() -> None:
+    relay, _ = _relay(3)
+    item = _id(5)
+    first = relay.on_inv("p0", wire.Inv(((BLOCK, item),)), 0)
+    assert first == [("p0", wire.GetData(((BLOCK, item),)))]
+    assert relay.on_inv("p1", wire.Inv(((BLOCK, item),)), 100) == []
+    assert relay.on_inv("p2", wire.Inv(((BLOCK, item),)), 200) == []
+    assert _getdata_items(relay.tick(9_999).sends) == {}
+    assert _getdata_items(relay.tick(10_000).sends) == {"p1": [item]}
+    assert _getdata_items(relay.tick(20_000).sends) == {"p2": [item]}
+    relay.on_block("p2", item, 20_100)
+    assert _getdata_items(relay.tick(40_000).sends) == {}
+
+
+def test_a_tx_is_fetched_from_its_first_announcer_only() -> None:
+    """As node/peers.py today: later announcers of a tx being fetched are not queued."""
+    relay, _ = _relay(2)
+    txid = _id(9)
+    assert relay.on_inv("p0", wire.Inv(((TX, txid),)), 0) == [("p0", wire.GetData(((TX, txid),)))]
+    assert relay.on_inv("p1", wire.Inv(((TX, txid),)), 0) == []
+    assert relay.tick(10_000).sends == ()
+    assert relay.on_inv("p1", wire.Inv(((TX, txid),)), 10_001) == [
+        ("p1", wire.GetData(((TX, txid),)))
+    ]
+
+
+def test_inv_for_a_block_before_initial_sync_is_not_fetched() -> None:
+    relay, _ = _relay(1)
+    assert relay.on_inv("p0", wire.Inv(((BLOCK, _id(1)),)), 0, synced=False) == []
+    assert relay.on_inv("p0", wire.Inv(((TX, _id(2)),)), 0, synced=False) != []
+
+
+def test_items_we_have_are_not_fetched() -> None:
+    relay, inv = _relay(1)
+    inv.blocks[_id(1)] = b"b"
+    inv.txs[_id(2)] = b"t"
+    assert relay.on_inv("p0", wire.Inv(((BLOCK, _id(1)), (TX, _id(2)))), 0) == []
+
+
+def test_at_most_two_getdata_outstanding_with_500_items_each() -> None:
+    relay, _ = _relay(1)
+    items = [(TX, _id(n)) for n in range(1200)]
+    first = relay.on_inv("p0", wire.Inv(tuple(items[:1000])), 0)
+    assert [len(m.items) for _, m in first if isinstance(m, wire.GetData)] == [500, 500]
+    assert relay.on_inv("p0", wire.Inv(tuple(items[1000:])), 0) == []  # backlog
+    sends: list[Send] = []
+    for _, item in items[:499]:
+        sends += relay.on_tx("p0", item, 5).sends
+    assert sends == []  # the first getdata still has one item unanswered
+    last = relay.on_tx("p0", items[499][1], 6)
+    assert last.requested
+    gets = [m for _, m in last.sends if isinstance(m, wire.GetData)]
+    assert [len(m.items) for m in gets] == [200]
+    assert relay.pending_items("p0") >= {items[1100][1], items[600][1]}
+
+
+def test_notfound_moves_to_the_next_announcer() -> None:
+    relay, _ = _relay(2)
+    item = _id(3)
+    relay.on_inv("p0", wire.Inv(((BLOCK, item),)), 0)
+    relay.on_inv("p1", wire.Inv(((BLOCK, item),)), 0)
+    result = relay.on_notfound("p0", wire.NotFound(((BLOCK, item),)), 50)
+    assert result.expected
+    assert result.sends == (("p1", wire.GetData(((BLOCK, item),))),)
+    unsolicited = relay.on_notfound("p0", wire.NotFound(((TX, _id(99)),)), 60)
+    assert not unsolicited.expected
+    assert unsolicited.sends == ()
+
+
+def test_getdata_is_answered_with_items_and_one_notfound() -> None:
+    relay, inv = _relay(1)
+    inv.blocks[_id(1)] = b"block"
+    inv.txs[_id(2)] = b"tx"
+    msg = wire.GetData(((BLOCK, _id(1)), (TX, _id(2)), (TX, _id(3)), (BLOCK, _id(4))))
+    assert relay.on_getdata("p0", msg) == [
+        ("p0", wire.BlockMsg(b"block")),
+        ("p0", wire.TxMsg(b"tx")),
+        ("p0", wire.NotFound(((TX, _id(3)), (BLOCK, _id(4))))),
+    ]
+
+
+def test_orphan_missing_links_are_asked_of_the_supplier() -> None:
+    relay, inv = _relay(2)
+    inv.blocks[_id(1)] = b"have"
+    sends = relay.on_orphan("p1", [_id(1), _id(2), _id(3)], 0)
+    assert sends == [("p1", wire.GetData(((BLOCK, _id(2)), (BLOCK, _id(3)))))]
+    assert relay.on_orphan("p1", [_id(2)], 1) == []  # already asked
+
+
+def test_orphan_sweep_asks_one_peer_then_the_others() -> None:
+    relay, _ = _relay(3)
+    sends = relay.fetch_orphan_parents([_id(8)], 0)
+    assert len(sends) == 1
+    first = sends[0][0]
+    second = _getdata_items(relay.tick(10_000).sends)
+    assert list(second) != [first]
+    assert len(second) == 1
+    assert relay.fetch_orphan_parents([_id(8)], 10_001) == []  # still being fetched
+
+
+def test_a_peer_that_leaves_hands_its_fetches_to_the_next_announcer() -> None:
+    relay, _ = _relay(2)
+    item = _id(4)
+    relay.on_inv("p0", wire.Inv(((BLOCK, item),)), 0)
+    relay.on_inv("p1", wire.Inv(((BLOCK, item),)), 0)
+    assert relay.remove_peer("p0", 5) == [("p1", wire.GetData(((BLOCK, item),)))]
+    assert relay.remove_peer("p0", 6) == []
+
+
+def test_unanswered_getdata_times_out_after_30_s() -> None:
+    relay, _ = _relay(1)
+    relay.on_inv("p0", wire.Inv(((BLOCK, _id(1)),)), 0)
+    assert relay.busy
+    assert relay.tick(29_999).timed_out == ()
+    assert relay.tick(30_000).timed_out == ("p0",)
+    assert relay.pending_items("p0") == set()
+
+
+def test_forget_relayed_keeps_no_inventory_once_relayed() -> None:
+    relay, inv = _relay(4, forget_relayed=True)
+    txid = _id(1)
+    relay.on_inv("p0", wire.Inv(((TX, txid),)), 0)
+    relay.on_tx("p0", txid, 10)
+    inv.txs[txid] = b"t"
+    relay.on_tx_accepted(txid, "p0")
+    relay.on_inv("p1", wire.Inv(((TX, txid),)), 20)  # before the flush: still recorded
+    sends = relay.flush_txs(250)
+    assert sorted(k for k, _ in sends) == ["p2", "p3"]
+    relay.on_inv("p2", wire.Inv(((TX, txid),)), 300)  # after: not recorded
+    assert all(len(p.known) == 0 for p in relay.peers.values())
