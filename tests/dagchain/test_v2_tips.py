@@ -25,12 +25,15 @@ from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.errors import MalformedBlock, RejectedBlock
 from dagchain.genesis import FAUCET_SECRET, genesis_block
 from dagchain.levelset import compute_level_set
+from dagchain.mempool import Mempool
 from dagchain.params import MAINNET, SIM
 from dagchain.pow import decode_compact
 from dagchain.sortition import SortitionWindow, assignment_bound, compute_sortition_distance
 from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import Transaction, TxKind, TxOut, make_transaction, sign_transaction
 from dagchain.types import NULL_ID, Address, BlockId, TxId
+from node.gossip import score_block_error
+from node.service import NodeService
 from tests.dagchain.builders import address_of_secret, build_block, secret_of
 
 PARAMS = SIM
@@ -436,3 +439,21 @@ def test_s4_s5_required_vector_v2_numbers() -> None:
     assert p2.hex().endswith("192a0000")
     assert int.from_bytes(p2, "little") <= decode_compact(0x1E500000)
     assert passing(p2) == [1255, 3228, 6182, 6637, 9127, 9135, 9889]
+
+
+def test_required_1_v2_through_the_node_service_the_honest_relayer_is_not_scored(
+    peers: list[Block], chain: Chain
+) -> None:
+    """§3.3 required test (1), H7, §11.7: on the node's service layer the mutated copy (tips
+    replaced by [genesis]) raises MALFORMED, which the gossip layer scores +100 against its
+    sender; the real block from another peer is accepted (nothing raised, nothing to score) and
+    is not in the invalid cache."""
+    service = NodeService(PARAMS, chain, Mempool(PARAMS), lambda: NOW)
+    real = build_block(chain, previous=peers[0].id, tips=sorted([peers[1].id, peers[2].id]))
+    with pytest.raises(MalformedBlock) as info:
+        service.submit_block(body_with_tips(real, [chain.genesis_id]), "mutator")
+    assert score_block_error(info.value) == 100
+    assert service.rejected["block:H7"] == 1
+    out = service.submit_block(real.raw, "honest")
+    assert out.status is BlockStatus.ACCEPTED
+    assert not chain.is_known_invalid(real.id)
