@@ -26,7 +26,7 @@ RULES: tuple[str, ...] = (
     # §7 transactions and ledger, §8 sortition, §9 rewards
     *("T1", "T2", "T3", "T4", "T5", "T6", "T7"),
     *("V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8"),
-    *("S1", "S2", "S3", "S4", "S5", "S6"),
+    *("S1", "S2", "S3", "S4", "S5", "S6", "S7"),
     *("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8"),
     # §12 atomic batches
     *("A1", "A2", "A3"),
