@@ -77,7 +77,7 @@ async def test_dag_lists_recent_level_sets_in_total_order_then_pending_blocks(
         "hash": pending.id.hex(),
         "milestone_link": pending.header.milestone_link.hex(),
         "previous_link": third.id.hex(),
-        "tip_link": pending.header.tip_link.hex(),
+        "tip_links": [t.hex() for t in pending.tip_links],
         "root": first.id.hex(),
         "peer_height": 4,
         "is_milestone": False,

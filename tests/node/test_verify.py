@@ -3,7 +3,7 @@
 import dataclasses
 from concurrent.futures import ProcessPoolExecutor
 
-from dagchain.blocks import BlockHeader, compute_merkle_root, make_block
+from dagchain.blocks import BlockHeader, compute_merkle_root, compute_tips_root, make_block
 from dagchain.genesis import FAUCET_SECRET, genesis_block
 from dagchain.params import DEVNET
 from dagchain.pow import encode_compact
@@ -35,13 +35,13 @@ def _raw_block(txs: list[Transaction]) -> bytes:
         1,
         genesis.id,
         BlockId(genesis.id),
-        BlockId(genesis.id),
+        compute_tips_root([genesis.id]),
         compute_merkle_root(txs),
         genesis.header.timestamp_ms + 1,
         encode_compact(DEVNET.max_target),
         0,
     )
-    return make_block(header, txs).raw
+    return make_block(header, [genesis.id], txs).raw
 
 
 def test_valid_transactions_pass() -> None:
