@@ -10,6 +10,7 @@ meet a real block and not only 404s. Document and server cannot drift apart with
 """
 
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from schemathesis.checks import (
 )
 from schemathesis.core.result import Ok
 
-from tests.functional.framework import NodeProcess
+from tests.functional.framework import NodeProcess, wait_until
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
@@ -127,3 +128,31 @@ def test_every_answer_conforms_to_the_openapi_document(node: NodeProcess) -> Non
     assert spec.status_code == 200
     assert spec.json() == document
     assert time.monotonic() - started < BUDGET_S
+
+
+REFUSED = (
+    b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n",
+    b"POST /v1/txs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"GET /v1/" + b"x" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+)
+PARSER_LINE = "refused a malformed HTTP request from"
+
+
+def test_requests_the_http_parser_refuses_write_one_line_not_tracebacks(
+    node: NodeProcess,
+) -> None:
+    sent = 30
+    started = time.monotonic()
+    for i in range(sent):
+        with socket.create_connection(("127.0.0.1", node.api_port), timeout=10) as conn:
+            conn.sendall(REFUSED[i % len(REFUSED)])
+            assert conn.recv(4096).split(b" ", 2)[1] == b"400"
+    elapsed = time.monotonic() - started
+    wait_until(lambda: PARSER_LINE in node.log_path.read_text(), 10, "the parser-refusal line")
+    assert node.request("GET", "/v1/status")["network"] == "devnet"  # still serving
+    text = node.log_path.read_text()
+    lines = [line for line in text.splitlines() if PARSER_LINE in line]
+    # One line per 10 s window: the first refusal, and one more per window the loop spanned.
+    assert 1 <= len(lines) <= 1 + int(elapsed // 10), lines
+    assert "Traceback" not in text
+    assert "Error handling request" not in text
