@@ -12,12 +12,14 @@ import json
 import logging
 import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, final
 
 from aiohttp import WSCloseCode, web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ValidationError
 
 from dagchain.blocks import decode_block
@@ -39,7 +41,15 @@ from node import models as M
 from node.metrics import CONTENT_TYPE, NodeMetrics
 from node.service import NodeEvent, NodeService
 
-__all__ = ["ROUTES", "ApiContext", "PeerView", "create_app", "openapi_document"]
+__all__ = [
+    "INT_MAX",
+    "ROUTES",
+    "ApiContext",
+    "ParserErrorFilter",
+    "PeerView",
+    "create_app",
+    "openapi_document",
+]
 
 log = logging.getLogger("dagchain.api")
 STATIC_DIR = Path(__file__).parent / "static"
@@ -49,6 +59,12 @@ MILESTONES_MAX = 1000
 MEMPOOL_TXIDS_MAX = 1000
 DAG_LEVEL_SETS_MAX = 100
 DAG_PENDING_MAX = 1000
+INT_MAX = 2**63 - 1
+"""The bound of every height in a path or query: 0..INT_MAX (docs/node.md, "Integers")."""
+EVENTS_MSG_MAX = 4096
+"""A client message of this many bytes or more closes the events socket with 1009."""
+PARSER_LOG_WINDOW_S = 10.0
+"""At most one log line per this many seconds for requests aiohttp's HTTP parser refuses."""
 
 
 class PeerView(Protocol):
@@ -150,7 +166,10 @@ async def error_middleware(
         message = exc.reason if exc.status != 404 else f"no such path: {request.path}"
         if exc.status == 413:
             message = "request body exceeds the configured limit"
-        return _error_response(exc.status, code, message)
+        response = _error_response(exc.status, code, message)
+        if isinstance(exc, web.HTTPMethodNotAllowed):  # RFC 9110 §15.5.6: name what is allowed
+            response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return response
     except asyncio.CancelledError:
         raise
     except Exception:
@@ -158,10 +177,67 @@ async def error_middleware(
         return _error_response(500, "internal", "internal error (see the node's log)")
 
 
+# ---------------------------------------------------------------------- aiohttp's own log
+
+
+class ParserErrorFilter(logging.Filter):
+    """Requests aiohttp's HTTP parser refuses become one WARNING line per window, not tracebacks.
+
+    aiohttp answers them (request line or header too long, bad framing, a bad method after the
+    first request) with a plain 400 before the app runs, and logs each with ``logger.exception``:
+    anyone could flood the node's log without a token. Here the first refusal in a window of
+    ``window_s`` seconds is logged as one line (the reason and the client's address, newlines
+    removed), later ones in that window are counted, and the next line says how many were
+    suppressed. Every other record of that logger (a real bug in aiohttp's handling, say) passes
+    unchanged, traceback and all.
+    """
+
+    def __init__(
+        self, window_s: float = PARSER_LOG_WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__("dagchain.api.http")
+        self.window_s = window_s
+        self.clock = clock
+        self.suppressed = 0
+        self._logged_at: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError) or record.levelno < logging.WARNING:
+            return True
+        now = self.clock()
+        if self._logged_at is not None and now - self._logged_at < self.window_s:
+            self.suppressed += 1
+            return False
+        self._logged_at = now
+        remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        reason = " ".join(str(exc.message or type(exc).__name__).split())[:200]
+        note = (
+            f" ({self.suppressed} more suppressed since the last line)" if self.suppressed else ""
+        )
+        self.suppressed = 0
+        record.msg = "refused a malformed HTTP request from %s: %d %s%s"
+        record.args = (str(remote)[:100], exc.code, reason, note)
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno = logging.WARNING
+        record.levelname = logging.getLevelName(logging.WARNING)
+        return True
+
+
+def _http_logger() -> logging.Logger:
+    """The logger aiohttp's request handler writes to, with the ParserErrorFilter (once)."""
+    logger = logging.getLogger("dagchain.api.http")
+    if not any(isinstance(f, ParserErrorFilter) for f in logger.filters):
+        logger.addFilter(ParserErrorFilter())
+    return logger
+
+
 # ---------------------------------------------------------------------- parsing helpers
 
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+_HEX_BYTES = re.compile(r"(?:[0-9a-fA-F]{2})*")
 
 
 def _parse_hex32(text: str) -> bytes | None:
@@ -180,17 +256,22 @@ def _hex32(text: str, what: str = "hash") -> bytes:
     return value
 
 
+_DECIMAL = re.compile(r"[0-9]{1,19}")
+"""ASCII decimal digits only, never ``int()``: it reads ``1_0``, other scripts' digits, spaces and
+signs. INT_MAX has 19 digits, so a longer string is out of range before any conversion."""
+
+
+def _parse_int(text: str, name: str, lo: int, hi: int, code: str = "bad-parameter") -> int:
+    """``text`` as an integer in ``lo..hi``; anything else is one 400 naming the bound."""
+    value = int(text) if _DECIMAL.fullmatch(text) else None
+    if value is None or not lo <= value <= hi:
+        raise ApiError(400, code, f"{name} must be a decimal integer in {lo}..{hi}")
+    return value
+
+
 def _int_query(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     text = request.query.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ApiError(400, "bad-parameter", f"{name} must be an integer") from None
-    if not lo <= value <= hi:
-        raise ApiError(400, "bad-parameter", f"{name} must be in {lo}..{hi}")
-    return value
+    return default if text is None else _parse_int(text, name, lo, hi)
 
 
 async def _raw_body(request: web.Request) -> bytes:
@@ -206,10 +287,10 @@ async def _raw_body(request: web.Request) -> bytes:
         body = M.RawRequest.model_validate(payload)
     except ValidationError as exc:
         raise ApiError(400, "bad-request", 'the body must be {"raw": "<hex>"}') from exc
-    try:
-        return bytes.fromhex(body.raw)
-    except ValueError:
-        raise ApiError(400, "bad-hex", "raw is not hex") from None
+    # Not bytes.fromhex alone: it skips whitespace, so "00 11" would pass as two bytes.
+    if not _HEX_BYTES.fullmatch(body.raw):
+        raise ApiError(400, "bad-hex", "raw must be hex digits, two per byte")
+    return bytes.fromhex(body.raw)
 
 
 def _check_token(request: web.Request) -> None:
@@ -320,7 +401,7 @@ async def get_block_raw(request: web.Request) -> web.Response:
 
 async def milestones(request: web.Request) -> web.Response:
     chain = request.app[CTX].service.chain
-    start = _int_query(request, "start", 0, 0, 2**63)
+    start = _int_query(request, "start", 0, 0, INT_MAX)
     limit = _int_query(request, "limit", 100, 1, MILESTONES_MAX)
     out = []
     for height in range(start, min(chain.best_height + 1, start + limit)):
@@ -365,7 +446,7 @@ async def dag(request: web.Request) -> web.Response:
     chain = request.app[CTX].service.chain
     best = chain.best_height
     limit = _int_query(request, "limit", 20, 1, DAG_LEVEL_SETS_MAX)
-    start = _int_query(request, "start", max(0, best - limit + 1), 0, 2**63)
+    start = _int_query(request, "start", max(0, best - limit + 1), 0, INT_MAX)
     out: list[M.DagBlock] = []
     for height in range(start, min(best + 1, start + limit)):
         ms = milestone_at(chain, height)
@@ -402,10 +483,7 @@ async def lookup(request: web.Request) -> web.Response:
 
 async def level_set(request: web.Request) -> web.Response:
     chain = request.app[CTX].service.chain
-    try:
-        height = int(request.match_info["height"])
-    except ValueError:
-        raise ApiError(400, "bad-height", "height must be an integer") from None
+    height = _parse_int(request.match_info["height"], "height", 0, INT_MAX, "bad-height")
     ms = milestone_at(chain, height)
     delta = chain.level_set(ms) if ms is not None else None
     if delta is None:
@@ -545,7 +623,8 @@ async def static_file(request: web.Request) -> web.FileResponse:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document(request.app[CTX].version))
+    ctx = request.app[CTX]
+    return web.json_response(openapi_document(ctx.version, ctx.service.params.hrp))
 
 
 # ---------------------------------------------------------------------- write endpoints
@@ -688,7 +767,14 @@ async def admin_reconsider(request: web.Request) -> web.Response:
 
 async def events(request: web.Request) -> web.WebSocketResponse:
     ctx = request.app[CTX]
-    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=4096)
+    # aiohttp refuses a message of max_msg_size bytes or more (1009), so 4096 means < 4096 bytes.
+    ws = web.WebSocketResponse(heartbeat=30, max_msg_size=EVENTS_MSG_MAX)
+    if request.method != "GET" or not ws.can_prepare(request).ok:  # HEAD answers as GET does
+        raise ApiError(
+            400,
+            "websocket-upgrade-required",
+            "GET /v1/events is a WebSocket: send Upgrade: websocket and Connection: Upgrade",
+        )
     await ws.prepare(request)
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
@@ -740,55 +826,117 @@ class Route:
     method: str
     path: str
     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    operation_id: str
     summary: str
+    description: str
     response: type[BaseModel] | None = None
     many: bool = False
     request: type[BaseModel] | None = None
     auth: bool = False
     statuses: tuple[int, ...] = (200,)
     content: str = "application/json"
-    query: tuple[tuple[str, str], ...] = ()
-    """Query parameters: (name, description); all optional."""
+    query: tuple[tuple[str, str, dict[str, Any] | None], ...] = ()
+    """Query parameters: (name, description, JSON schema or None for an address); optional."""
     schema: dict[str, Any] | None = None
     """The success schema when no pydantic model describes it."""
     error_models: tuple[tuple[int, type[BaseModel]], ...] = ()
     """Error statuses whose body is more than ErrorResponse."""
 
 
-_HASH_LIST = {"type": "array", "items": {"type": "string"}}
+HEX32_PATTERN = "^[0-9a-fA-F]{64}$"
+"""A hash, txid, root or milestone id in a request: 64 hex digits (answers are lowercase)."""
+_BECH32 = "[02-9ac-hj-np-z]{58}"
+"""The 58 data and checksum characters of a 32-byte address in bech32m (E8)."""
+_HEX32_SCHEMA: dict[str, Any] = {"type": "string", "pattern": HEX32_PATTERN}
+_HEIGHT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": INT_MAX}
+_HASH_LIST = {"type": "array", "items": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}
 
+
+def address_pattern(hrp: str | None) -> str:
+    """A display address of the network with ``hrp`` (either case, not mixed) or 64 hex digits."""
+    low = re.escape(hrp) if hrp is not None else "[a-z]{1,83}"
+    high = re.escape(hrp.upper()) if hrp is not None else "[A-Z]{1,83}"
+    return f"^(?:[0-9a-fA-F]{{64}}|{low}1{_BECH32}|{high}1{_BECH32.upper()})$"
+
+
+def _limit(hi: int, default: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": hi, "default": default}
+
+
+PATH_PARAMS: dict[str, tuple[str, Any]] = {
+    "hash": ("Block id: 64 hex digits", _HEX32_SCHEMA),
+    "txid": ("Transaction id: 64 hex digits", _HEX32_SCHEMA),
+    "milestone": ("Milestone block id: 64 hex digits", _HEX32_SCHEMA),
+    "height": (f"Best-chain milestone height: decimal digits, 0..{INT_MAX}", _HEIGHT_SCHEMA),
+    "address": ("A display address (bech32m) of this network, or 64 hex digits", None),
+    "query": ("A search string: a block id, txid or address", {"type": "string"}),
+}
+"""Description and schema of each path parameter by name (None: the network's address)."""
+
+_START = ("start", f"First milestone height: decimal digits, 0..{INT_MAX}", _HEIGHT_SCHEMA)
+_INT_RULE = (
+    f" Integers in the path and query are ASCII decimal digits only (no sign, spaces, `_` or "
+    f"other scripts' digits); a height is in 0..{INT_MAX}; anything else is 400."
+)
 
 ROUTES: tuple[Route, ...] = (
-    Route("GET", "/v1/status", status, "Node status", M.StatusResponse),
     Route(
-        "GET", "/v1/blocks/{hash}", get_block, "A block", M.BlockResponse, statuses=(200, 400, 404)
+        "GET",
+        "/v1/status",
+        status,
+        "getStatus",
+        "Node status",
+        "Network, version, the best milestone, stored and pending blocks, mempool, peers, "
+        "whether the node is synced, and the current compact targets.",
+        M.StatusResponse,
+    ),
+    Route(
+        "GET",
+        "/v1/blocks/{hash}",
+        get_block,
+        "getBlock",
+        "A block",
+        "The header fields, the tip links, the txids and each transaction's status, and where "
+        "the block stands: milestone or not, its level set (null while pending), peer chain and "
+        "confirmations. 404 for a block the node does not store.",
+        M.BlockResponse,
+        statuses=(200, 400, 404),
     ),
     Route(
         "GET",
         "/v1/blocks/{hash}/raw",
         get_block_raw,
+        "getBlockRaw",
         "Canonical block bytes",
+        "The block exactly as hashed and relayed (PROTOCOL.md), as application/octet-stream.",
         statuses=(200, 400, 404),
         content="application/octet-stream",
+        schema={"type": "string", "format": "binary"},
     ),
     Route(
         "GET",
         "/v1/milestones",
         milestones,
+        "listMilestones",
         "Best-chain milestones from ?start=H, at most ?limit=N",
+        "Milestones of the best chain at heights start..start+limit-1 that exist, each with "
+        "its level-set size; an empty list past the best milestone." + _INT_RULE,
         M.MilestoneItem,
         many=True,
         statuses=(200, 400),
         query=(
-            ("start", "first height (default 0)"),
-            ("limit", f"at most this many (1..{MILESTONES_MAX}, default 100)"),
+            _START,
+            ("limit", f"At most this many (1..{MILESTONES_MAX})", _limit(MILESTONES_MAX, 100)),
         ),
     ),
     Route(
         "GET",
         "/v1/milestones/{height}/level-set",
         level_set,
+        "getLevelSet",
         "Block hashes of a level set in total order",
+        "The level set of the best-chain milestone at this height, in total order (PROTOCOL.md). "
+        "404 if the best chain has no milestone there." + _INT_RULE,
         statuses=(200, 400, 404),
         schema=_HASH_LIST,
     ),
@@ -796,27 +944,45 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/v1/dag",
         dag,
+        "getDag",
         "Explorer DAG view: level sets of milestones ?start=H, ?limit=N (default: the last 20), "
         "then the pending blocks",
+        "The explorer's view in one request: the blocks of the level sets of best-chain "
+        "milestones start..start+limit-1 in total order, then the pending blocks (at most "
+        f"{DAG_PENDING_MAX}) when that range reaches the best milestone." + _INT_RULE,
         M.DagResponse,
         statuses=(200, 400),
         query=(
-            ("start", "first height (default: the last `limit` milestones)"),
-            ("limit", f"level sets (1..{DAG_LEVEL_SETS_MAX}, default 20)"),
+            (
+                "start",
+                f"First milestone height (default: the last `limit`): 0..{INT_MAX}",
+                _HEIGHT_SCHEMA,
+            ),
+            (
+                "limit",
+                f"Level sets (1..{DAG_LEVEL_SETS_MAX})",
+                _limit(DAG_LEVEL_SETS_MAX, 20),
+            ),
         ),
     ),
     Route(
         "GET",
         "/v1/lookup/{query}",
         lookup,
+        "lookup",
         "Explorer search: whether a string names a block, transaction or address (or unknown)",
+        "The explorer's search box: `unknown` is an answer, not an error.",
         M.LookupResponse,
     ),
     Route(
         "GET",
         "/v1/txs/{txid}",
         get_tx,
+        "getTx",
         "A transaction's status (status unknown for a txid the node does not know)",
+        "Where a transaction stands: in the mempool, in a pending block, confirmed (with its "
+        "block, milestone height and confirmations), invalid (with the rule), or unknown: a "
+        "txid the node does not know is a normal answer, so a client polls one shape.",
         M.TxResponse,
         statuses=(200, 400),
     ),
@@ -824,7 +990,12 @@ ROUTES: tuple[Route, ...] = (
         "POST",
         "/v1/txs",
         submit_tx,
+        "submitTx",
         "Submit a transaction",
+        "Canonical transaction bytes as hex. 202 with the txid when the mempool holds it (also "
+        "for a duplicate); 400 malformed or failing T1-T7, V7, V8 (the code is the rule id); 409 "
+        "an input is spent in the best chain or by a pool tx, or is not in the best-chain UTXO "
+        "set; 413 a body over the limit; 503 the mempool is full.",
         M.SubmitTxResponse,
         request=M.RawRequest,
         statuses=(202, 400, 409, 413, 503),
@@ -833,30 +1004,63 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/v1/addresses/{address}",
         address,
+        "getAddress",
         "Balance and UTXOs",
+        "The balance (UTXOs with one confirmation or more), the pending balance (with mempool "
+        "spends and outputs) and the UTXOs of an address.",
         M.AddressResponse,
         statuses=(200, 400),
     ),
-    Route("GET", "/v1/mempool", mempool, "Mempool summary", M.MempoolResponse),
-    Route("GET", "/v1/peers", peers, "Connected peers", M.PeerInfo, many=True),
+    Route(
+        "GET",
+        "/v1/mempool",
+        mempool,
+        "getMempool",
+        "Mempool summary",
+        f"Size, bytes and the first {MEMPOOL_TXIDS_MAX} txids by fee rate.",
+        M.MempoolResponse,
+    ),
+    Route(
+        "GET",
+        "/v1/peers",
+        peers,
+        "listPeers",
+        "Connected peers",
+        "Per connected peer: node id, address, direction, best milestone height, score and "
+        "seconds connected.",
+        M.PeerInfo,
+        many=True,
+    ),
     Route(
         "GET",
         "/v1/mining/template",
         mining_template,
+        "getMiningTemplate",
         "Block template for ?root=ROOT or ?register=KEYADDR",
+        "Bearer token. Exactly one of root (extend that peer chain) or register (a new peer "
+        "chain whose registration names this redemption-key address). Template and submit are "
+        "serialised per root. 404 unknown root; 503 no template yet (the code says why).",
         M.TemplateResponse,
         auth=True,
         statuses=(200, 400, 401, 404, 503),
         query=(
-            ("root", "registration block (hex) of the peer chain to extend; or register"),
-            ("register", "redemption-key address of a new peer chain to register; or root"),
+            (
+                "root",
+                "Registration block of the peer chain to extend (64 hex digits); or register",
+                _HEX32_SCHEMA,
+            ),
+            ("register", "Redemption-key address of a new peer chain to register; or root", None),
         ),
     ),
     Route(
         "POST",
         "/v1/mining/submit",
         mining_submit,
+        "submitBlock",
         "Submit a solved block",
+        "Bearer token. Canonical block bytes as hex. 200 accepted or duplicate; 202 an orphan "
+        "held until its parents arrive; 400 invalid (the code is the rule id); 409 dropped by "
+        "H11 (timestamp too far ahead; retry later).",
         M.SubmitBlockResponse,
         request=M.RawRequest,
         auth=True,
@@ -866,35 +1070,77 @@ ROUTES: tuple[Route, ...] = (
         "POST",
         "/v1/admin/invalidate/{milestone}",
         admin_invalidate,
+        "adminInvalidate",
         "Leave a milestone branch (F8)",
+        "Bearer token. Marks the milestone and its descendants invalid and moves to the best "
+        "other branch; 404 for anything but an accepted milestone other than genesis.",
         M.AdminResponse,
         auth=True,
-        statuses=(200, 400, 401, 404),
+        statuses=(200, 400, 401, 404, 413),
     ),
     Route(
         "POST",
         "/v1/admin/reconsider/{milestone}",
         admin_reconsider,
+        "adminReconsider",
         "Return to a milestone branch (F8)",
+        "Bearer token. Clears the operator's mark on the milestone and returns to its branch "
+        "if it is the best; 404 for anything but an accepted milestone other than genesis.",
         M.AdminResponse,
         auth=True,
-        statuses=(200, 400, 401, 404),
+        statuses=(200, 400, 401, 404, 413),
     ),
     Route(
         "GET",
         "/v1/events",
         events,
+        "events",
         "WebSocket push of block/milestone/reorg/tx events",
-        M.EventMessage,
+        "A WebSocket (RFC 6455): send Upgrade: websocket, Connection: Upgrade, Sec-WebSocket-Key "
+        "and Sec-WebSocket-Version: 13; the answer is 101 and then one JSON text message per "
+        "event (EventMessage; fields per type in docs/node.md). Without a valid upgrade the "
+        f"answer is 400. The server reads nothing from the client: a client message of "
+        f"{EVENTS_MSG_MAX} bytes or more closes the socket with 1009, and a client that falls "
+        f"{EVENT_QUEUE} events behind is closed with 1013.",
+        statuses=(101, 400),
     ),
-    Route("GET", "/metrics", metrics, "Prometheus metrics", content="text/plain"),
-    Route("GET", "/", index, "Explorer page", content="text/html"),
-    Route("GET", "/v1/openapi.json", openapi, "This document"),
+    Route(
+        "GET",
+        "/metrics",
+        metrics,
+        "getMetrics",
+        "Prometheus metrics",
+        "Prometheus text exposition format 0.0.4.",
+        content="text/plain",
+        schema={"type": "string"},
+    ),
+    Route(
+        "GET",
+        "/",
+        index,
+        "getExplorer",
+        "Explorer page",
+        "The explorer: a live DAG view with milestones, level sets and peer chains.",
+        content="text/html",
+        schema={"type": "string"},
+    ),
+    Route(
+        "GET",
+        "/v1/openapi.json",
+        openapi,
+        "getOpenApi",
+        "This document",
+        "This OpenAPI 3.1 description of the API.",
+        schema={"type": "object"},
+    ),
 )
 
 
-def openapi_document(version: str) -> dict[str, Any]:
-    """OpenAPI 3.1 from the route table and the pydantic models' JSON schemas."""
+def openapi_document(version: str, hrp: str | None = None) -> dict[str, Any]:
+    """OpenAPI 3.1 from the route table and the pydantic models' JSON schemas.
+
+    ``hrp``: the network's address prefix, for the address pattern (any prefix if None).
+    """
     schemas: dict[str, Any] = {}
 
     def ref(model: type[BaseModel]) -> dict[str, Any]:
@@ -903,6 +1149,7 @@ def openapi_document(version: str) -> dict[str, Any]:
         schemas[model.__name__] = schema
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
+    address_schema = {"type": "string", "pattern": address_pattern(hrp)}
     error = {"application/json": {"schema": ref(M.ErrorResponse)}}
     paths: dict[str, Any] = {}
     for route in ROUTES:
@@ -914,28 +1161,51 @@ def openapi_document(version: str) -> dict[str, Any]:
             ok["content"] = {route.content: {"schema": schema}}
         elif route.schema is not None:
             ok["content"] = {route.content: {"schema": route.schema}}
-        else:
-            ok["content"] = {route.content: {}}
         special = dict(route.error_models)
         responses: dict[str, Any] = {}
         for code in route.statuses:
-            if code < 300:
+            if code == 101:
+                responses["101"] = {
+                    "description": "Switching Protocols: the WebSocket, one JSON text message "
+                    "per event",
+                    "x-websocket-message": ref(M.EventMessage),
+                }
+            elif code < 300:
                 responses[str(code)] = ok
             elif code in special:
                 body = {"application/json": {"schema": ref(special[code])}}
                 responses[str(code)] = {"description": "Error", "content": body}
             else:
                 responses[str(code)] = {"description": "Error", "content": error}
-        op: dict[str, Any] = {"summary": route.summary, "responses": responses}
-        params = [
-            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
-            for part in route.path.split("/")
-            if part.startswith("{")
-        ]
+        op: dict[str, Any] = {
+            "operationId": route.operation_id,
+            "summary": route.summary,
+            "description": route.description,
+            "responses": responses,
+        }
+        params: list[dict[str, Any]] = []
+        for part in route.path.split("/"):
+            if part.startswith("{"):
+                name = part[1:-1]
+                text, param_schema = PATH_PARAMS[name]
+                params.append(
+                    {
+                        "name": name,
+                        "in": "path",
+                        "required": True,
+                        "description": text,
+                        "schema": param_schema or address_schema,
+                    }
+                )
         params += [
-            {"name": name, "in": "query", "required": False, "description": text}
-            | {"schema": {"type": "string"}}
-            for name, text in route.query
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": text,
+                "schema": param_schema or address_schema,
+            }
+            for name, text, param_schema in route.query
         ]
         if params:
             op["parameters"] = params
@@ -949,7 +1219,13 @@ def openapi_document(version: str) -> dict[str, Any]:
         paths.setdefault(route.path, {})[route.method.lower()] = op
     return {
         "openapi": "3.1.0",
-        "info": {"title": "dagchain node API", "version": version},
+        "info": {
+            "title": "dagchain node API",
+            "version": version,
+            "description": 'Errors are {"error": {"code", "message"}} with a 4xx/5xx '
+            "status; unknown paths are 404, a method a path does not take is 405 with Allow, "
+            "and HEAD answers every GET route with the GET answer's status and headers.",
+        },
         "paths": paths,
         "components": {
             "schemas": schemas,
@@ -966,12 +1242,15 @@ def create_app(ctx: ApiContext, body_limit: int) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware],
         client_max_size=body_limit,
-        handler_args={"auto_decompress": False},
+        handler_args={"auto_decompress": False, "logger": _http_logger()},
     )
     app[CTX] = ctx
     app[BODY_LIMIT] = body_limit
     for route in ROUTES:
-        app.router.add_route(route.method, route.path, route.handler)
-    app.router.add_get("/static/{name}", static_file)
+        if route.method == "GET":  # HEAD too: the GET answer's headers without its body
+            app.router.add_get(route.path, route.handler, allow_head=True)
+        else:
+            app.router.add_route(route.method, route.path, route.handler)
+    app.router.add_get("/static/{name}", static_file, allow_head=True)
     app.on_shutdown.append(_close_sockets)
     return app

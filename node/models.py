@@ -4,11 +4,12 @@ Hashes are lowercase hex; integers that can exceed 2^53 (amounts, balances, chai
 expanded targets) are decimal strings; compact targets, heights, counts and times are numbers.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "HEX_BYTES_PATTERN",
     "AddressResponse",
     "AdminResponse",
     "BestMilestone",
@@ -33,8 +34,11 @@ __all__ = [
     "UtxoItem",
 ]
 
-Hex32 = str
-DecimalString = str
+Hex32 = Annotated[str, Field(pattern="^[0-9a-f]{64}$")]
+"""A hash or id in an answer: lowercase hex of the 32 stored bytes."""
+DecimalString = Annotated[str, Field(pattern="^[0-9]+$")]
+"""An integer that can exceed 2^53 (amounts, chainwork, nonces, expanded targets), in decimal."""
+HEX_BYTES_PATTERN = "^(?:[0-9a-fA-F]{2})*$"
 
 
 class _Model(BaseModel):
@@ -51,7 +55,12 @@ class ErrorResponse(_Model):
 
 
 class RawRequest(_Model):
-    raw: str = Field(description="Canonical bytes as hex", max_length=4 * 1024 * 1024)
+    # The pattern is checked by the handler (400 bad-hex), not here (400 bad-request).
+    raw: str = Field(
+        description="Canonical bytes as hex, two digits per byte",
+        max_length=4 * 1024 * 1024,
+        json_schema_extra={"pattern": HEX_BYTES_PATTERN},
+    )
 
 
 class BestMilestone(_Model):

@@ -4,6 +4,7 @@ User errors (bad flags, unknown scenario keys, missing files) exit with status 2
 """
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -125,10 +126,31 @@ def _output_dir(out: Path) -> Path:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from simulator.sweep import run_sweep
+    from simulator.sweep import check_cluster, load_sweep, run_sweep
 
-    out = _output_dir(Path(args.out))
-    path = run_sweep(Path(args.sweep), args.executor, args.workers, out, args.address)
+    sweep = Path(args.sweep)
+    load_sweep(sweep)  # a bad sweep file fails before anything is created or contacted
+    if args.address and args.executor == "local":
+        print("dagchain-sim: note: --address is ignored with --executor local", file=sys.stderr)
+        args.address = None
+    if args.address:
+        if args.workers is not None:
+            print(
+                f"dagchain-sim: note: --workers is ignored with --address: the {args.executor} "
+                "cluster's own workers run the sweep",
+                file=sys.stderr,
+            )
+        check_cluster(args.executor, args.address)
+    out = Path(args.out)
+    created = not out.exists()
+    out = _output_dir(out)
+    try:
+        path = run_sweep(sweep, args.executor, args.workers or 1, out, args.address)
+    except BaseException:
+        if created:  # leave no empty --out behind a sweep that never wrote anything
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
     print(f"sweep results in {path}")
     return 0
 
@@ -162,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("sweep", help="sweep TOML")
     sweep.add_argument("--executor", choices=("local", "dask", "ray"), default="local")
     sweep.add_argument("--address", help="dask scheduler or ray cluster address")
-    sweep.add_argument("--workers", type=int, default=1)
+    sweep.add_argument(
+        "--workers",
+        type=int,
+        help="local processes or local Dask/Ray workers (default 1); ignored with --address",
+    )
     sweep.add_argument("--out", required=True)
     sweep.set_defaults(func=_cmd_sweep)
     return parser

@@ -17,6 +17,7 @@ SWEEP.toml::
 
 import csv
 import itertools
+import socket
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,6 +27,12 @@ from simulator.scenario import ScenarioError, apply_override, build_scenario, pa
 from simulator.simulation import WALL_FIELDS, Simulation
 
 CLUSTER_HINT = "install the optional executors with: pip install 'dagchain[cluster]'"
+CONNECT_TIMEOUT_S = 3.0
+"""How long the check before a dask or ray sweep waits for a TCP connection to ``--address``."""
+DASK_TIMEOUT_S = 10
+"""How long the Dask client waits for a scheduler handshake once the port accepts connections."""
+_DEFAULT_PORTS = {"dask": 8786, "ray": 6379, "ray://": 10001}
+_SCHEMES = {"dask": ("tcp", "tls", "ws", "wss"), "ray": ("ray",)}
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -92,6 +99,64 @@ def load_sweep(path: Path) -> tuple[dict[str, Any], list[list[tuple[list[str], A
     return base, points, seeds
 
 
+def cluster_endpoint(executor: str, address: str) -> tuple[str, int] | None:
+    """(host, port) that a dask or ray ``--address`` names, or None when it names no TCP endpoint.
+
+    Dask: ``[tcp|tls|ws|wss://]HOST[:PORT]`` (port 8786 by default). Ray: ``HOST[:PORT]`` (the
+    head's GCS port, 6379 by default), ``ray://HOST[:PORT]`` (Ray Client, 10001), or
+    ``auto``/``local`` (no endpoint to check).
+
+    Raises:
+        ScenarioError: the address cannot be read.
+    """
+    text = address.strip()
+    if executor == "ray" and text in ("auto", "local"):
+        return None
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    elif scheme not in _SCHEMES.get(executor, ()):
+        raise ScenarioError(f"--address {address}: unsupported scheme {scheme}:// for {executor}")
+    default = _DEFAULT_PORTS["ray://" if scheme == "ray" else executor]
+    rest = rest.rstrip("/")
+    if rest.startswith("["):  # [IPv6]:port
+        host, bracket, tail = rest[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else ""
+        if not bracket or (tail and not tail.startswith(":")):
+            raise ScenarioError(f"--address {address}: cannot read the host and port")
+    else:
+        host, colon, port_text = rest.rpartition(":")
+        if not colon:
+            host, port_text = rest, ""
+    if not host or (port_text and not (port_text.isascii() and port_text.isdigit())):
+        raise ScenarioError(f"--address {address}: cannot read the host and port")
+    port = int(port_text) if port_text else default
+    if not 0 < port < 65536:
+        raise ScenarioError(f"--address {address}: port {port} is not in 1..65535")
+    return host, port
+
+
+def check_cluster(executor: str, address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail fast, in one line, when nothing accepts TCP connections at ``--address``.
+
+    Neither dask nor ray needs to be imported: without this check a Dask client retries for 30 s
+    and ends in a traceback, and ``ray.init`` waits for a head that is not there until killed.
+
+    Raises:
+        ScenarioError: the address cannot be read, or the connection fails within ``timeout``.
+    """
+    endpoint = cluster_endpoint(executor, address)
+    if endpoint is None:
+        return
+    what = "Dask scheduler" if executor == "dask" else "Ray cluster"
+    try:
+        with socket.create_connection(endpoint, timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ScenarioError(f"cannot reach the {what} at {address}: {reason}") from None
+
+
 def _local(jobs: list[tuple[Any, ...]], workers: int) -> Iterable[dict[str, Any]]:
     from concurrent.futures import ProcessPoolExecutor
 
@@ -108,8 +173,14 @@ def _dask(
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise ScenarioError(f"--executor dask needs dask.distributed; {CLUSTER_HINT}") from None
-    cluster = None if address else LocalCluster(n_workers=max(1, workers), processes=True)
-    with Client(address or cluster) as client:
+    if address:
+        try:
+            client = Client(address, timeout=DASK_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ScenarioError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    else:
+        client = Client(LocalCluster(n_workers=max(1, workers), processes=True))
+    with client:
         futures = [client.submit(run_point, *job, pure=True) for job in jobs]
         return list(client.gather(futures))
 
@@ -139,8 +210,13 @@ EXECUTORS: dict[str, Callable[..., Iterable[dict[str, Any]]]] = {
 def run_sweep(
     path: Path, executor: str, workers: int, out: Path, address: str | None = None
 ) -> Path:
-    """Run every (point, seed), write ``out/sweep.csv`` (rows in grid order) and its plot."""
+    """Run every (point, seed), write ``out/sweep.csv`` (rows in grid order) and its plot.
+
+    With ``address`` the cluster is checked first (:func:`check_cluster`), before anything runs.
+    """
     base, points, seeds = load_sweep(path)
+    if address and executor != "local":
+        check_cluster(executor, address)
     jobs = [(base, point, seed) for point in points for seed in seeds]
     rows = list(EXECUTORS[executor](jobs, address, workers))
     out.mkdir(parents=True, exist_ok=True)
@@ -162,4 +238,12 @@ def run_sweep(
     return csv_path
 
 
-__all__ = ["EXECUTORS", "flatten", "load_sweep", "run_point", "run_sweep"]
+__all__ = [
+    "EXECUTORS",
+    "check_cluster",
+    "cluster_endpoint",
+    "flatten",
+    "load_sweep",
+    "run_point",
+    "run_sweep",
+]
