@@ -8,9 +8,8 @@ procedure (``Chain.on_block``) and mempool admission (``Chain.check_transaction`
 Relay policy: a node pushes each block it accepts (and each tx it admits) to all neighbours but
 the sender. ``Hub.send_*`` suppresses a push to a neighbour that already holds the item or has it
 in flight to arrive sooner, as an inventory/getdata exchange would (the announcement's bytes are
-not modelled). This push policy stands in for the daemon's relay and catch-up logic: the pure
-modules ``node.gossip`` (P11 relay, scores, bans) and ``node.sync`` (P7-P10) exist, and the
-simulator may import them (docs/architecture.md), but this class does not drive them yet.
+not modelled). ``node.gossip``/``node.sync`` do not exist yet; when they land, this class should
+drive them instead of this push policy.
 """
 
 from typing import Protocol, final
