@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed
 # CI (set by .ci/run's environment) runs many derandomized Hypothesis examples; locally a few.
 HYPOTHESIS_PROFILE := $(if $(CI),--hypothesis-profile ci,)
 
-.PHONY: all run test lint fmt bench clean
+# A subset of the tests: make test PYTEST_ARGS="tests/functional/test_explorer.py -x"
+PYTEST_ARGS ?=
+
+.PHONY: all run test pytest system-deps lint fmt bench clean
 all: test
 
 $(STAMP): pyproject.toml
@@ -17,8 +20,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  # 3 devnet nodes + a miner + tx load; prints the explorer URL; Ctrl-C stops all
 	$(BIN)/python scripts/devnet.py $(ARGS)  # e.g. make run ARGS="--miners 3 --tps 5"
 
-test: lint $(STAMP)  # lint, format check, types, then all tests (import contracts run inside pytest)
-	$(BIN)/pytest $(HYPOTHESIS_PROFILE)
+test: lint pytest  # lint, format check, types, then all tests (import contracts run inside pytest)
+
+pytest: $(STAMP) system-deps  # the tests only (or PYTEST_ARGS), without lint
+	$(BIN)/pytest $(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
+
+system-deps:  # Chromium + chromedriver for the explorer's browser test: installs them as root with apt-get
+	sh scripts/ensure-system-deps.sh
 
 lint: $(STAMP)  # ruff lint, ruff format check, mypy --strict
 	$(BIN)/ruff check .

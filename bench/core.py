@@ -1,4 +1,6 @@
-"""Core throughput benchmark: validate and apply blocks of 128 signed transactions (issue 2).
+"""Core throughput benchmark: validate and apply blocks of 128 signed transactions.
+
+Results and their reading: docs/benchmarks.md, section "Core".
 
 Run: ``python bench/core.py [--blocks N] [--levelset-blocks N]``. Prints a table and, as its last
 line, ``tx_per_s: <number>``: transactions fully validated (decode, stateless rules, signatures)

@@ -1,4 +1,6 @@
-"""Miner hash rate (issue 6): ``dagchain-miner benchmark`` with 1 and 2 workers vs plain hashlib.
+"""Miner hash rate: ``dagchain-miner benchmark`` with 1 and 2 workers vs plain hashlib.
+
+Results and their reading: docs/benchmarks.md, section "Miner".
 
 Usage: ``python bench/miner.py [--seconds S] [--rounds R]``
 

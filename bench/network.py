@@ -1,4 +1,4 @@
-"""Network benchmark (issue 4): real devnet daemons on 127.0.0.1.
+"""Network benchmark (docs/benchmarks.md, "Network"): real devnet daemons on 127.0.0.1.
 
 Run: ``python bench/network.py [--ring 10] [--prop-blocks 30] [--sync-blocks 10000] [--txs 128]``.
 

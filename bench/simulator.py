@@ -1,4 +1,6 @@
-"""Simulator speed (issue 5): events/s, wall time and peak memory at 100 and 1,000 nodes.
+"""Simulator speed: events/s, wall time and peak memory at 100 and 1,000 nodes.
+
+Results and their reading: docs/benchmarks.md, section "Simulator".
 
 Run: ``python bench/simulator.py [--duration S] [--tps N] [--sizes 100,1000]``. Each size runs in
 its own process (so peak RSS is that run's) with the default scenario at 8 blocks/s, 10 miners,

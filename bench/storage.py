@@ -1,4 +1,6 @@
-"""Storage benchmark (issue 3): LevelDB against memory, restart time, disk use, resident memory.
+"""Storage benchmark: LevelDB against memory, restart time, disk use, resident memory.
+
+Results and their reading: docs/benchmarks.md, section "Storage".
 
 Run: ``python bench/storage.py [--blocks 300000] [--levelset-sample 20000] [--synced-sample 1000]
 [--full-blocks 240] [--repeat 2] [--out DIR]``.

@@ -1,4 +1,4 @@
-"""Confirmed transactions per second on a live devnet (issue 7).
+"""Confirmed transactions per second on a live devnet (docs/benchmarks.md, "Transactions").
 
 Usage: ``python bench/tps.py [--duration S] [--rate TPS] [--miner-rate BLOCKS_PER_S]
 [--nodes M] [--miners N] [--accounts N] [--max-in-flight N] [--profile] [--blocks-json PATH]``

@@ -33,7 +33,7 @@ def unpack_canonical(data: bytes, max_bytes: int, *, tuples: bool = False) -> An
     Arrays come back as lists, or as tuples with ``tuples=True``: the block and tx decoders use
     tuples because a tuple holding only ints and bytes leaves the garbage collector's scans
     after its first one (a list never does), which makes decoding markedly cheaper in GC time
-    (issue 2, docs/benchmarks.md "Core").
+    (docs/benchmarks.md, "Core").
 
     Raises:
         EncodingError: oversized input, trailing bytes, undecodable or non-canonical bytes.

@@ -169,13 +169,13 @@ CACHE_DELTAS = 256
 class ChainState:
     """The stored chain state with a bounded in-memory mirror, and the batch writers that change it.
 
-    Memory (issue 3): blocks, metas, snapshots, LS heights, level-set records and best-chain ids
-    are kept in memory only for a window of ``memory_window`` milestones below the best head (plus
-    pending blocks and anything newer); older rows are read from the store through small LRU
-    caches. The UTXO set, root records, peer-chain heads, the pending set and the invalidation marks
-    stay in memory whole: they are live state, not history, and the ledger's V6 hot path reads
-    them for every input. Spent outputs (``k``), redemptions (``q``) and the tx index (``t``) grow
-    with history and are read from the store only.
+    Memory (docs/protocol.md decision 15): blocks, metas, snapshots, LS heights, level-set records
+    and best-chain ids are kept in memory only for a window of ``memory_window`` milestones below
+    the best head (plus pending blocks and anything newer); older rows are read from the store
+    through small LRU caches. The UTXO set, root records, peer-chain heads, the pending set and
+    the invalidation marks stay in memory whole: they are live state, not history, and the
+    ledger's V6 hot path reads them for every input. Spent outputs (``k``), redemptions (``q``)
+    and the tx index (``t``) grow with history and are read from the store only.
     """
 
     def __init__(
@@ -402,7 +402,7 @@ class ChainState:
         self._evict(h - self.memory_window)
 
     def _evict(self, floor: int) -> None:
-        """Keep memory bounded: forget rows tagged below the window's floor (issue 3)."""
+        """Keep memory bounded: forget rows tagged below the window's floor (decision 15)."""
         if floor <= self.snapshots.floor:
             return
         for rows in (self.blocks, self.meta, self.snapshots, self.ls_height, self.deltas):
@@ -493,7 +493,7 @@ class ChainState:
         """Accepted blocks, genesis included, in O(1).
 
         Meta rows are never deleted and each accepted block took the next sequence number;
-        ``len(meta)`` scans the store once the memory window has moved (issue 4).
+        ``len(meta)`` would scan the store once the memory window has moved; this does not.
         """
         return self.next_seq
 

@@ -37,7 +37,7 @@ class TxKind(IntEnum):
 # fields are ``Final``, so mypy strict (run on the whole repository) rejects any assignment, and
 # ``unsafe_hash`` gives the field hash that ``frozen=True`` would. Not ``frozen=True`` at run time:
 # its generated ``__init__`` sets each field through ``object.__setattr__``, which made decoding a
-# one-input, two-output tx about 1.5 µs slower (issue 2, docs/benchmarks.md "Core").
+# one-input, two-output tx about 1.5 µs slower (docs/benchmarks.md, "Core").
 
 
 @dataclass(slots=True, unsafe_hash=True)

@@ -1,4 +1,4 @@
-"""Signature checks of downloaded blocks in worker processes (P9 sync, issue 4).
+"""Signature checks of downloaded blocks in worker processes (P9 sync).
 
 Pure: no I/O, no event loop. ``verify_blocks`` is the function a
 ``concurrent.futures.ProcessPoolExecutor`` worker runs on one level set: it decodes the blocks

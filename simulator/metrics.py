@@ -225,8 +225,9 @@ def compute_metrics(
         for t in ours
         if valid_in[t] in blocks
     ]
-    # Steady state (issue 8): the second half of the run, after the warm-ups (S1, Hr, the load's
-    # faucet fan-out); confirmations after the end (the drain) count, offers do not.
+    # Steady state (the ``*_second_half`` metrics of docs/simulator.md): the second half of the
+    # run, after the warm-ups (S1, Hr, the load's faucet fan-out); confirmations after the end
+    # (the drain) count, offers do not.
     half_ms = duration_s * 500.0
     late_confirmed = sum(1 for t in ours if confirmed.get(t, -1.0) >= half_ms)
     late_offered = sum(1 for at in offered.values() if at >= half_ms)

@@ -21,7 +21,7 @@ the group is a put did not exist before the group, so if the group later deletes
 needs neither the put nor a deletion marker: the key leaves the overlay. A block downloaded by P9
 is pending from its A1 batch until its milestone's A3 batch, usually in the same group, so this
 saves a LevelDB deletion marker per block, which would otherwise be carried down through every
-compaction level (issue 3).
+compaction level (docs/protocol.md decision 22).
 """
 
 from collections.abc import Callable, Iterator

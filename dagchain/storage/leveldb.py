@@ -140,7 +140,7 @@ class _Transaction:
     """``with store.write_batch() as wb``: plyvel's batch, written on a clean exit only.
 
     A class rather than a generator context manager: one is opened per block and per
-    milestone, so its cost counts (issue 3).
+    milestone, so its cost counts (docs/benchmarks.md, "Storage").
     """
 
     __slots__ = ("_batch", "_store")

@@ -1,4 +1,4 @@
-"""E5: the two paths of ``tx_from_obj`` agree (issue 2 speed work, PROTOCOL.md §2.2).
+"""E5: the two paths of ``tx_from_obj`` agree (a fast path for speed, PROTOCOL.md §2.2).
 
 Decoders unpack arrays as tuples and type-check the common shape inline (fast path); any other
 shape, lists included, goes through the field-by-field checks that name the failure. Both must

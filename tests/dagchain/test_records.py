@@ -1,8 +1,9 @@
 """The hot-path records (TxIn, TxOut, Transaction) keep value semantics (and Utxo, frozen).
 
 They are slotted dataclasses with ``Final`` fields (read-only under mypy strict) instead of
-``frozen=True`` (issue 2, speed); equality, hashing and ``dataclasses.replace`` must behave as
-for the frozen records they replace (STYLE.md rule 1), since caches and sets rely on them.
+``frozen=True`` (for speed: docs/benchmarks.md, "Core"); equality, hashing and
+``dataclasses.replace`` must behave as for the frozen records they replace (STYLE.md rule 1),
+since caches and sets rely on them.
 """
 
 import dataclasses

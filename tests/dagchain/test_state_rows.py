@@ -1,7 +1,7 @@
 """The A2+A3 rows of outputs with any out_index (PROTOCOL.md §12 ``u``, ``o``, ``k`` rows).
 
 ``ChainState.write_apply`` builds the outpoint keys inline (a table for indexes below 256, the
-u32 encoding above, issue 2 speed work); they must equal ``storage.schema``'s keys for both, and a
+u32 encoding above, for speed); they must equal ``storage.schema``'s keys for both, and a
 reopened chain must read the same UTXO set back.
 """
 
@@ -48,7 +48,7 @@ def test_s12_outpoint_keys_below_and_above_index_256_match_the_schema() -> None:
 def test_utxo_set_entries_leave_gc_scans() -> None:
     """The UTXO set holds plain (amount, address, height) tuples, which the garbage collector
     untracks after one pass: a node's largest structure is not rescanned by every full
-    collection (issue 2; ``Chain.get_utxo`` still returns ``Utxo`` records)."""
+    collection (``Chain.get_utxo`` still returns ``Utxo`` records)."""
     node = Node(WIDE)
     last = node.warm_peer_chain(ALICE)[-1]
     fan = transfer([(node.genesis, 0)], [(FAUCET_COINS // 3, BOB)] * 3, WIDE)

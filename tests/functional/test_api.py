@@ -1,4 +1,4 @@
-"""API scenario (issue 4, scenario 6): every endpoint of INTERFACES.md on a real devnet node.
+"""The API end to end: every endpoint of INTERFACES.md on a real devnet node.
 
 One ``dagchain-node start --network devnet`` process on free ports and a temporary datadir. Blocks
 come from the node's own mining template, solved with real PoW (devnet: nearly every hash is a

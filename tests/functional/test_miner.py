@@ -1,4 +1,4 @@
-"""``dagchain-miner`` against real devnet nodes (issue 6): mining, restart, stale work."""
+"""``dagchain-miner`` against real devnet nodes: mining, restart, stale work."""
 
 import asyncio
 import json

@@ -1,4 +1,4 @@
-"""Two ``dagchain-miner`` processes on two devnet nodes packing one mempool (issue 7, §8).
+"""Two ``dagchain-miner`` processes on two devnet nodes packing one mempool (§8).
 
 With devnet's sortition (c = 1, share weighting) two live miners sometimes pack the same tx
 before either sees the other's block. What a user relies on: every accepted tx is VALID exactly

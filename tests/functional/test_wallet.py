@@ -1,4 +1,4 @@
-"""``dagchain-wallet`` on real devnet nodes with a real ``dagchain-miner`` (issue 7).
+"""``dagchain-wallet`` on real devnet nodes with a real ``dagchain-miner``.
 
 - Faucet -> wallet A -> wallet B across three connected nodes: change outputs and balances match
   the ledger of every node.

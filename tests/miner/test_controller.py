@@ -1,4 +1,4 @@
-"""The controller's redemption at tx[0] (§9 R4) and its state file (issue 6)."""
+"""The controller's redemption at tx[0] (§9 R4) and its state file."""
 
 from pathlib import Path
 from typing import Any

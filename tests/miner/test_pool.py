@@ -1,4 +1,4 @@
-"""Parallel hashing workers (issue 6): threads with the C kernel, processes with hashlib."""
+"""Parallel hashing workers: threads with the C kernel, processes with hashlib."""
 
 import hashlib
 import threading

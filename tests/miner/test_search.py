@@ -1,4 +1,4 @@
-"""The nonce search: the C kernel and the pure-Python fallback agree (issue 6, STYLE.md rule 12)."""
+"""The nonce search: the C kernel and the pure-Python fallback agree (STYLE.md rule 12)."""
 
 import hashlib
 import pickle

@@ -1,4 +1,4 @@
-"""§7.5 mempool policy through NodeService on a real devnet Chain (issue 7).
+"""§7.5 mempool policy through NodeService on a real devnet Chain.
 
 The pool's own rules are tested in tests/dagchain/test_mempool.py; these check what a node does
 with them: eviction at a byte cap keeps the best fee rates, a conflicting spend is refused, and a

@@ -1,4 +1,4 @@
-"""node.verify: the pure worker function of sync's signature pool (issue 4)."""
+"""node.verify: the pure worker function of sync's signature pool (P9)."""
 
 import dataclasses
 from concurrent.futures import ProcessPoolExecutor

@@ -1,4 +1,4 @@
-"""Validation against outside, closed-form results (issue 5). Each compares within 3 SE.
+"""Validation against outside, closed-form results. Each compares within 3 SE.
 
 The network runs use the real core on tiny networks; the attack checks use the milestone-race
 models of simulator/adversary.py (marked as such: they race milestones, not network blocks).

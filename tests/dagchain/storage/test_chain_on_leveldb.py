@@ -1,4 +1,4 @@
-"""The core on LevelDB, with a bounded memory window (issue 3).
+"""The core on LevelDB, with a bounded memory window (docs/protocol.md decision 15).
 
 The chain's delivery-order property runs on a real LevelDB store with a restart in the middle and
 a one-milestone memory window (so nearly every read of history goes to disk); a reorganisation
@@ -162,7 +162,7 @@ class CountingStore:
 def test_duplicates_are_recognised_across_a_restart_and_new_blocks_read_no_row(
     long_dag: list[bytes], tmp_path: Path
 ) -> None:
-    """D1 from memory (issue 3): a new block whose milestone link arrived since the store was
+    """D1 from memory (decision 22): a new block whose milestone link arrived since the store was
     opened costs no store read of its own id; every earlier block, evicted or from before the
     restart, is still a duplicate."""
     db = tmp_path / "db"

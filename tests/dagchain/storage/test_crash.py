@@ -1,4 +1,4 @@
-"""Crash safety with real processes (PROTOCOL.md §12 "Required tests", issue 3).
+"""Crash safety with real processes (PROTOCOL.md §12 "Required tests").
 
 A child process applies a long generated DAG (real PoW, txs, double spends, redemptions,
 milestone forks and reorganisations) to a LevelDB store, printing each block id once ``on_block``

@@ -1,7 +1,7 @@
 """Opening a LevelDB store: locks, corruption, half-written directories, schema and head checks.
 
-PROTOCOL.md §12 and issue 3: an unusable database fails at open with one clear StorageError that
-names the path (or the versions), never with a silently wrong state.
+PROTOCOL.md §12 and docs/protocol.md decision 17: an unusable database fails at open with one
+clear StorageError that names the path (or the versions), never with a silently wrong state.
 """
 
 import shutil

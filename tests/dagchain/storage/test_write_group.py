@@ -186,8 +186,8 @@ def test_a_failed_batch_does_not_drop_a_row_born_in_the_group() -> None:
 
 def test_level_set_groups_write_no_pending_row_of_their_own_blocks(dag: Dag) -> None:
     """A block accepted and ordered inside one group never gets a ``p`` row or a deletion marker
-    (issue 3: one LevelDB entry less per downloaded block): the group deletes only ``p`` rows an
-    earlier group wrote, and the rows equal per-block ones."""
+    (docs/protocol.md decision 22: one LevelDB entry less per downloaded block): the group
+    deletes only ``p`` rows an earlier group wrote, and the rows equal per-block ones."""
     ref, expected = per_block(dag.blocks)
     store = RecordingStore()
     chain = Chain(PARAMS, store)
