@@ -114,7 +114,7 @@ def padded_frame(size: int) -> bytes:
     """A frame of exactly ``size`` bytes: a message of a type nobody knows (ignored, P2)."""
     base = len(msgpack.packb(["x-pad", {"pad": b""}], use_bin_type=True))
     pad = size - base - 5  # a bin 32 header is 5 bytes; the empty pad had a 2-byte bin 8 one
-    frame = msgpack.packb(["x-pad", {"pad": b"\x00" * (pad + 2)}], use_bin_type=True)
+    frame: bytes = msgpack.packb(["x-pad", {"pad": b"\x00" * (pad + 2)}], use_bin_type=True)
     assert len(frame) == size
     return frame
 
