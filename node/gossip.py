@@ -21,6 +21,11 @@ KNOWN_INVENTORY_SIZE = 50_000
 RELAY_PUSH = 3
 """P11 ``relay_push``: full blocks pushed to this many random peers, inv to the rest."""
 TX_INV_INTERVAL_MS = 250
+TX_REANNOUNCE_MIN_MS = 30_000
+TX_REANNOUNCE_MAX_MS = 60_000
+"""Pool txs a peer is not known to have are announced to it again every 30-60 s (docs/p2p.md)."""
+TX_REANNOUNCE_MAX_ITEMS = 1000
+"""At most one ``inv`` (1000 txids) per peer per re-announce round."""
 ANNOUNCER_TIMEOUT_MS = 10_000
 """P11: one announcer at a time, 10 s each."""
 MAX_OUTSTANDING_GETDATA = 2
@@ -155,6 +160,91 @@ def plan_tx_announcements(
             if peer != sender and not (peer in known and txid in known[peer]):
                 out.setdefault(peer, []).append(txid)
     return out
+
+
+def mempool_inv_batches(
+    txids: Iterable[bytes],
+    known: KnownInventory,
+    announced: "AnnouncedTxs | Mapping[bytes, int] | None" = None,
+    now_ms: int = 0,
+    min_age_ms: int = 0,
+    limit: int | None = None,
+    batch: int = wire.MAX_INV,
+) -> list[list[bytes]]:
+    """Pool txids to announce to one peer, in ``inv`` batches of at most ``batch`` items.
+
+    On a new connection (P11 as docs/p2p.md maps it) the whole pool not ``known`` to the peer
+    is announced; a re-announce round passes ``announced`` (txid → when we last announced it to
+    this peer) and ``min_age_ms``, so a tx announced within the last round is not repeated, and
+    ``limit`` caps the round. ``known`` holds what the peer has: it sent or announced it to us,
+    or we sent it the tx itself; our own ``inv`` does not count, as a lost ``getdata`` must not
+    leave the peer without the tx for good.
+    """
+    out: list[bytes] = []
+    for txid in txids:
+        if limit is not None and len(out) >= limit:
+            break
+        if txid in known:
+            continue
+        if announced is not None:
+            last = announced.get(txid)
+            if last is not None and now_ms - last < min_age_ms:
+                continue
+        out.append(txid)
+    return [out[i : i + batch] for i in range(0, len(out), batch)]
+
+
+class ReannounceTimer:
+    """When the next tx re-announce round is due: every 30-60 s, uniformly at random."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        min_ms: int = TX_REANNOUNCE_MIN_MS,
+        max_ms: int = TX_REANNOUNCE_MAX_MS,
+    ) -> None:
+        self.rng = rng
+        self.min_ms = min_ms
+        self.max_ms = max_ms
+        self._next_ms: int | None = None
+
+    def due(self, now_ms: int) -> bool:
+        """True once per interval (the first call only starts the clock)."""
+        if self._next_ms is None:
+            self._schedule(now_ms)
+            return False
+        if now_ms < self._next_ms:
+            return False
+        self._schedule(now_ms)
+        return True
+
+    def _schedule(self, now_ms: int) -> None:
+        self._next_ms = now_ms + self.rng.randint(self.min_ms, self.max_ms)
+
+
+class AnnouncedTxs:
+    """Per peer: txid → when we last announced it (bounded LRU, like the known inventory)."""
+
+    def __init__(self, size: int = KNOWN_INVENTORY_SIZE) -> None:
+        self._size = size
+        self._at: OrderedDict[bytes, int] = OrderedDict()
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._at
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def get(self, item: bytes, default: int | None = None) -> int | None:
+        """When ``item`` was last announced, or ``default``."""
+        return self._at.get(item, default)
+
+    def add(self, item: bytes, now_ms: int) -> None:
+        """Record an announcement of ``item`` at ``now_ms``."""
+        self._at[item] = now_ms
+        self._at.move_to_end(item)
+        if len(self._at) > self._size:
+            self._at.popitem(last=False)
 
 
 @dataclass(slots=True)
@@ -426,12 +516,15 @@ __all__ = [
     "SCORE_RATE",
     "SCORE_TX_INVALID",
     "SCORE_UNSOLICITED",
+    "TX_REANNOUNCE_MAX_ITEMS",
     "AddrLimiter",
+    "AnnouncedTxs",
     "BanList",
     "BlockFetcher",
     "KnownInventory",
     "Misbehaviour",
     "MissingInputLimiter",
+    "ReannounceTimer",
     "RelayPlan",
     "TokenBucket",
     "TxAnnouncer",
@@ -440,6 +533,7 @@ __all__ = [
     "block_frame_milestone_link",
     "charge_inbound",
     "is_solicited_reply",
+    "mempool_inv_batches",
     "plan_block_relay",
     "plan_tx_announcements",
     "score_block_error",

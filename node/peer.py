@@ -14,7 +14,14 @@ from typing import Any, Literal
 from aiohttp import ClientWebSocketResponse, web
 
 from node import wire
-from node.gossip import AddrLimiter, KnownInventory, Misbehaviour, MissingInputLimiter, TokenBucket
+from node.gossip import (
+    AddrLimiter,
+    AnnouncedTxs,
+    KnownInventory,
+    Misbehaviour,
+    MissingInputLimiter,
+    TokenBucket,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,12 @@ class Peer:
         )
         self.hello: wire.Hello | None = None
         self.known = KnownInventory()
+        """Ids the peer has: it sent or announced them to us, or we sent it the item itself
+        (and, for blocks, announced it: P11's one announcer at a time)."""
+        self.announced_txs = AnnouncedTxs()
+        """Txids we announced to the peer, and when (re-announced while not ``known``)."""
+        self.unbacked_until_ms = 0
+        """P9 (v2): no new sync round with this peer before this time (its claim was unbacked)."""
         self.score = Misbehaviour()
         self.bucket = TokenBucket()
         self.addr_limiter = AddrLimiter()
@@ -78,6 +91,7 @@ class Peer:
         self.close_code: int | None = None
         self._queue: asyncio.Queue[bytes | Callable[[], None]] = asyncio.Queue(SEND_QUEUE_SIZE)
         self._writer: asyncio.Task[None] | None = None
+        self._closer: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
@@ -95,6 +109,10 @@ class Peer:
         if self.hello is not None and self.hello.port:
             return self.hello.port
         return self.port if self.direction == "outbound" else 0
+
+    def is_closing(self) -> bool:
+        """True once a close was decided (re-read after every await)."""
+        return self.closed
 
     def start_writer(self) -> None:
         """Start the writer task."""
@@ -125,25 +143,39 @@ class Peer:
         except asyncio.QueueFull:
             self.close_soon(wire.CLOSE_PROTOCOL_ERROR)
 
-    def close_soon(self, code: int) -> None:
-        """Close the connection from a synchronous handler."""
+    def close_soon(self, code: int, override: bool = False) -> None:
+        """Close the connection from a synchronous handler.
+
+        The first code wins, unless ``override`` (a ban, §11.7) comes before the close frame
+        was sent: the frame carries the code current when it is written.
+        """
         if self.closed:
+            if override and self._closer is not None and not self._closer.done():
+                self.close_code = code
             return
         self.closed = True
         self.close_code = code
         self.handshake.close()
-        asyncio.get_running_loop().create_task(self._close(code))
+        self._closer = asyncio.get_running_loop().create_task(self._close())
 
-    async def _close(self, code: int) -> None:
+    async def _close(self) -> None:
+        code = self.close_code if self.close_code is not None else 1000
         with contextlib.suppress(TimeoutError, ConnectionError, RuntimeError):
             await asyncio.wait_for(self.ws.close(code=code), 2.0)
 
     async def stop(self) -> None:
-        """Close and wait for the writer."""
+        """Close (after any close already decided: its frame goes out first, so the server's
+        handler never returns, and aiohttp never closes with 1000, before it) and stop the
+        writer."""
         if not self.closed:
             self.closed = True
+            if self.close_code is None:
+                self.close_code = 1001
             self.handshake.close()
-            await self._close(1001)
+            self._closer = asyncio.get_running_loop().create_task(self._close())
+        if self._closer is not None:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, RuntimeError):
+                await asyncio.shield(self._closer)
         if self._writer is not None:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError, RuntimeError):

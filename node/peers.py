@@ -57,6 +57,8 @@ ADDRBOOK_SAVE_S = 900.0
 MAX_INBOUND_PER_IP = 4
 MAINTENANCE_S = 0.25
 ORPHAN_SWEEP_S = 1.0
+UNBACKED_ROUND_INTERVAL_MS = 60_000
+"""P9 (v2): after a round that did not back a peer's claim, no new round with it for 60 s."""
 ORPHAN_SYNC_TRIGGER = 64
 """P13: more missing ancestors than this triggers milestone sync."""
 SYNC_VERIFY_WORKERS = 2
@@ -101,6 +103,8 @@ class PeerManager:
         self.max_inbound = _or(getattr(config, "max_inbound", None), inbound)
         self.ban_duration_ms = 1000 * _or(getattr(config, "ban_duration_s", None), ban_s)
         self.max_frame = wire.MAX_FRAME
+        self.tx_reannounce = gossip.ReannounceTimer(random.Random(os.urandom(16)))
+        """P11 as docs/p2p.md maps it: pool txs a peer lacks are announced again every 30-60 s."""
         self.discovery = not bool(getattr(config, "no_discovery", False))
         self.stale_relay_filter = bool(getattr(config, "stale_relay_filter", True))
         """P14: drop relayed blocks with a milestone link ``punctuality`` below our best."""
@@ -200,7 +204,9 @@ class PeerManager:
                 raise web.HTTPServiceUnavailable(text="too many connections from this address")
             if self.bans.is_banned("ip:" + host, self._now_ms()):
                 raise web.HTTPForbidden(text="banned")
-        ws = web.WebSocketResponse(max_msg_size=self.max_frame, autoping=True)
+        # P1: aiohttp refuses a frame equal to max_msg_size, hence + 1; no compression, so
+        # the limit is on the bytes sent
+        ws = web.WebSocketResponse(max_msg_size=self.max_frame + 1, compress=False, autoping=True)
         await ws.prepare(request)
         peername = request.transport.get_extra_info("peername") if request.transport else None
         port = int(peername[1]) if peername else 0
@@ -253,7 +259,8 @@ class PeerManager:
             try:
                 ws = await self._session.ws_connect(
                     url,
-                    max_msg_size=self.max_frame,
+                    max_msg_size=self.max_frame + 1,  # P1, as for the listener
+                    compress=0,
                     timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
                     autoping=True,
                 )
@@ -317,6 +324,8 @@ class PeerManager:
                 return
             if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                 return
+            if peer.is_closing():
+                return  # we decided to close meanwhile (a timeout, a ban): read no further
             if msg.type == WSMsgType.ERROR:
                 self._on_ws_error(peer, ws.exception())
                 return
@@ -386,7 +395,10 @@ class PeerManager:
             self.bans.ban(key, now, self.ban_duration_ms)
             self.banned_total += 1
             log.warning("peer %s banned (%s) for %d s", peer.key, key, self.ban_duration_ms // 1000)
-            peer.close_soon(close if close is not None else wire.CLOSE_MISBEHAVING)
+            # §11.7: reaching the threshold closes 4006, whatever code the event names and
+            # whatever close is already on its way, except an oversize frame (1009)
+            code = wire.CLOSE_TOO_BIG if close == wire.CLOSE_TOO_BIG else wire.CLOSE_MISBEHAVING
+            peer.close_soon(code, override=True)
             return
         if close is not None:
             peer.close_soon(close)
@@ -436,6 +448,7 @@ class PeerManager:
         if self.discovery and not peer.getaddr_sent:
             peer.getaddr_sent = True
             peer.send(wire.GetAddr())
+        self._announce_mempool(peer)
         self._maybe_start_sync()
         self._check_synced()
 
@@ -498,7 +511,10 @@ class PeerManager:
         for kind, item in msg.items:
             peer.known.add(item)
             if kind == wire.InvKind.BLOCK:
-                if not self.synced or self.service.has_block(item):
+                if self.service.has_block(item):
+                    self._note_milestone(peer, item)
+                    continue
+                if not self.synced:
                     continue
                 if self.fetcher.on_announce(item, peer.key, now):
                     want.append((kind, item))
@@ -539,6 +555,7 @@ class PeerManager:
                 if raw is not None:
                     peer.known.add(item)
                     peer.send(wire.BlockMsg(raw))
+                    self._note_milestone(peer, item)
                     continue
             elif kind == wire.InvKind.TX:
                 raw = self.service.get_tx_raw(item)
@@ -609,6 +626,7 @@ class PeerManager:
         if self._drop_stale_relay(peer, block_id, msg.data):
             return
         self._submit_block(peer, msg.data)
+        self._note_milestone(peer, block_id)
 
     def _drop_stale_relay(self, peer: Peer, block_id: bytes, raw: bytes) -> bool:
         """P14: drop a relayed block whose milestone link is ``punctuality`` below our best.
@@ -639,11 +657,6 @@ class PeerManager:
             if score:
                 self._penalise(peer, score, f"block {getattr(exc, 'rule', '?')}: {exc}")
             return False
-        if outcome.is_milestone and outcome.status is BlockStatus.ACCEPTED:
-            snap = self.service.chain.get_snapshot(outcome.block_id)
-            if snap is not None and snap.chainwork > peer.chainwork:
-                peer.chainwork = snap.chainwork
-                peer.best_height = snap.height
         if outcome.status is BlockStatus.ORPHAN:
             if peer.key in outcome.evicted_orphans:
                 self._penalise(
@@ -661,6 +674,15 @@ class PeerManager:
                 # P13: an unknown milestone link means we are behind: milestone sync is faster
                 self._start_sync(peer)
         return True
+
+    def _note_milestone(self, peer: Peer, block_id: bytes) -> None:
+        """``GET /v1/peers`` ``best_milestone_height``: kept current from the milestones the
+        peer sends or announces to us and those we send it in full, once we hold them (a
+        milestone we know has a height); the heaviest one seen counts (docs/p2p.md)."""
+        snap = self.service.chain.get_snapshot(block_id)
+        if snap is not None and snap.chainwork > peer.chainwork:
+            peer.chainwork = snap.chainwork
+            peer.best_height = snap.height
 
     def _on_tx(self, peer: Peer, msg: wire.TxMsg) -> None:
         txid = hash32(msg.data)
@@ -713,20 +735,26 @@ class PeerManager:
             self.fetcher.on_announce(item, peer.key, self._now_ms())
         if want:
             self._request(peer, want)
-        self._finish_sync_round(peer)
 
     # ------------------------------------------------------------------ sync (P5, P7-P10)
-    def _maybe_start_sync(self) -> None:
+    def _maybe_start_sync(self, exclude: Peer | None = None) -> None:
+        """P5: sync with the peer advertising the most work, if that is more than ours."""
         if self._sync_peer is not None:
             return
         _, _, work = self.service.best()
-        best = max(self.ready_peers(), key=lambda p: p.chainwork, default=None)
+        now = self._now_ms()
+        candidates = [
+            p for p in self.ready_peers() if p is not exclude and p.unbacked_until_ms <= now
+        ]
+        best = max(candidates, key=lambda p: p.chainwork, default=None)
         if best is not None and best.chainwork > work:
             self._start_sync(best)
 
     def _start_sync(self, peer: Peer) -> None:
         if self._sync_peer is not None and self._sync_peer in self.peers:
             return
+        if peer.unbacked_until_ms > self._now_ms():
+            return  # P9 (v2): at most one round per 60 s with a peer whose claim was unbacked
         self._reset_sync()
         self._sync_peer = peer.key
         self._send_getmilestones(peer)
@@ -755,7 +783,7 @@ class PeerManager:
             self._penalise(peer, gossip.SCORE_UNSOLICITED, "unsolicited milestones")
             return
         if not msg.headers:
-            self._headers_exhausted = True
+            self._headers_exhausted = True  # P9: the round ends with an empty reply
             self._pump_sync(peer)
             return
         last = self._sync_last
@@ -781,7 +809,11 @@ class PeerManager:
             self._sync_failed(peer, f"bad milestones: {exc.reason}", exc.score)
             return
         self._sync_last = headers[-1]
-        self._plan.add_headers(h for h in headers if not self.service.has_block(h.block_id))
+        new = [h for h in headers if not self.service.has_block(h.block_id)]
+        if not new:
+            # P9 (v2): a reply of headers we already have ends the round like an empty one
+            self._headers_exhausted = True
+        self._plan.add_headers(new)
         self._pump_sync(peer)
 
     def _on_levelset(self, peer: Peer, msg: wire.LevelSet) -> None:
@@ -820,10 +852,14 @@ class PeerManager:
             peer.requests["levelset"] = self._deadline()
             peer.send(wire.GetLevelSet(ms, offset))
         if self._headers_exhausted:
-            if self._plan.idle and "pending" not in peer.requests:
-                self._sync_empty_round = True
-                peer.requests["pending"] = self._deadline()
-                peer.send(wire.GetPending())
+            if self._plan.idle:
+                # P9: then getpending once; the round is over (its answer is fetched as it
+                # comes, so a peer that never answers holds nothing up)
+                if "pending" not in peer.requests:
+                    self._sync_empty_round = True
+                    peer.requests["pending"] = self._deadline()
+                    peer.send(wire.GetPending())
+                self._finish_sync_round(peer)
             return
         if self._plan.queued == 0 and "milestones" not in peer.requests:
             self._send_getmilestones(peer)
@@ -856,6 +892,7 @@ class PeerManager:
                     if not self.service.has_block(job.milestone.block_id):
                         self._sync_failed(peer, "level set left its milestone an orphan", 50)
                         return
+                    self._note_milestone(peer, job.milestone.block_id)
         finally:
             self._applying_sync = False
 
@@ -918,19 +955,33 @@ class PeerManager:
                 other.send(wire.Inv(((int(wire.InvKind.BLOCK), best),)))
 
     def _finish_sync_round(self, peer: Peer) -> None:
-        if self._sync_peer == peer.key and self._plan.idle:
-            self._reset_sync()
-            self._check_synced(force_round=True)
-            self._maybe_start_sync()
+        """The round with ``peer`` is over (P9): its headers are exhausted, its level sets in.
+
+        P9 (v2), an unbacked claim: if our best chainwork is still below what the peer
+        claimed, it counts from now on as claiming our chainwork (so P5 picks the next peer and
+        P10 can end) until a header or block it sends raises our best, and no new round with it
+        starts within 60 s. No score: an honest peer can fall behind its own hello.
+        """
+        if self._sync_peer != peer.key or not self._plan.idle:
+            return
+        self._reset_sync()
+        _, _, work = self.service.best()
+        if peer.chainwork > work:
+            log.info(
+                "peer %s: its claim of more chainwork is not backed by milestones (P9); "
+                "no new sync round with it for %d s",
+                peer.key,
+                UNBACKED_ROUND_INTERVAL_MS // 1000,
+            )
+            peer.chainwork = work
+            peer.unbacked_until_ms = self._now_ms() + UNBACKED_ROUND_INTERVAL_MS
+        self._check_synced(force_round=True)
+        self._maybe_start_sync()
 
     def _sync_failed(self, peer: Peer, reason: str, score: int) -> None:
         self._reset_sync()
         self._penalise(peer, score, f"sync: {reason}")
-        others = [p for p in self.ready_peers() if p is not peer]
-        _, _, work = self.service.best()
-        best = max(others, key=lambda p: p.chainwork, default=None)
-        if best is not None and best.chainwork > work:
-            self._start_sync(best)
+        self._maybe_start_sync(exclude=peer)
 
     def _check_synced(self, force_round: bool = False) -> None:
         """P10: (a) every seed tried, nobody ahead, no sync running; or (b) a fresh tip."""
@@ -966,6 +1017,7 @@ class PeerManager:
             for key in plan.push:
                 self.peers[key].known.add(event.block_id)
                 self.peers[key].send(wire.BlockMsg(raw))
+                self._note_milestone(self.peers[key], event.block_id)
             inv = ((int(wire.InvKind.BLOCK), bytes(event.block_id)),)
             for key in plan.announce:
                 self.peers[key].known.add(event.block_id)
@@ -983,10 +1035,41 @@ class PeerManager:
         for key, txids in per_peer.items():
             peer = self.peers[key]
             for start in range(0, len(txids), wire.MAX_INV):
-                chunk = txids[start : start + wire.MAX_INV]
-                for t in chunk:
-                    peer.known.add(t)
-                peer.send(wire.Inv(tuple((int(wire.InvKind.TX), t) for t in chunk)))
+                self._send_tx_inv(peer, txids[start : start + wire.MAX_INV], now)
+
+    def _send_tx_inv(self, peer: Peer, txids: list[bytes], now: int) -> None:
+        """One ``inv`` of txids (≤ 1000). Announcing does not make a tx ``known`` to the peer
+        (only its answer or our ``tx`` does), so a tx it never fetched is announced again."""
+        for t in txids:
+            peer.announced_txs.add(t, now)
+        peer.send(wire.Inv(tuple((int(wire.InvKind.TX), t) for t in txids)))
+
+    def _announce_mempool(self, peer: Peer) -> None:
+        """A new ready connection: announce our pool (by fee rate, ``inv`` batches of ≤ 1000),
+        so a tx accepted before the link existed still reaches the peer (docs/p2p.md, P11)."""
+        now = self._now_ms()
+        txids = [bytes(t) for t in self.service.mempool.txids_by_fee_rate()]
+        for chunk in gossip.mempool_inv_batches(txids, peer.known):
+            self._send_tx_inv(peer, chunk, now)
+
+    def _reannounce_txs(self, now: int) -> None:
+        """Every 30-60 s: pool txs a peer is not known to have and that we did not announce to
+        it within the last 30 s, at most one ``inv`` of 1000 per peer (docs/p2p.md, P11)."""
+        ready = self.ready_peers()
+        if not ready or not len(self.service.mempool):
+            return
+        txids = [bytes(t) for t in self.service.mempool.txids_by_fee_rate()]
+        for peer in ready:
+            batches = gossip.mempool_inv_batches(
+                txids,
+                peer.known,
+                peer.announced_txs,
+                now,
+                gossip.TX_REANNOUNCE_MIN_MS,
+                gossip.TX_REANNOUNCE_MAX_ITEMS,
+            )
+            for chunk in batches:
+                self._send_tx_inv(peer, chunk, now)
 
     # ------------------------------------------------------------------ timers
     async def _maintenance_loop(self) -> None:
@@ -999,6 +1082,8 @@ class PeerManager:
         loop_now = asyncio.get_running_loop().time()
         if self.tx_announcer.due(now):
             self._flush_txs(now)
+        if self.tx_reannounce.due(now):
+            self._reannounce_txs(now)
         for item, key in self.fetcher.expire(now):
             peer = self.peers.get(key)
             if peer is not None:

@@ -1,7 +1,8 @@
-"""``make run``: a local devnet of 3 nodes, a miner and a small transaction load on 127.0.0.1.
+"""``make run``: a local devnet of 3 nodes, 3 miners and a small transaction load on 127.0.0.1.
 
 Starts ``dagchain-node start --network devnet`` three times (node i dials node i-1 with
-``--peer``), one ``dagchain-miner`` against node0, and a transaction load against node1; prints
+``--peer``), one ``dagchain-miner`` per node (``--miners``, default 3: three peer chains knitting
+together in the explorer), and a transaction load against node1 once the nodes are linked; prints
 the explorer URL, then a live summary (a refreshing table on a terminal, plain lines otherwise).
 Ctrl-C (SIGINT) or SIGTERM stops everything: SIGTERM to every child's process group, at most
 10 s of grace, then SIGKILL, so no process is left behind and the nodes close their databases.
@@ -362,6 +363,7 @@ class Devnet:
             log(f"started node{i} pid {node.child.pid} api {node.url} p2p 127.0.0.1:{p2p}")
         for node in self.nodes:
             self.wait_up(node)
+        self.wait_linked()
         self.start_miners()
         self.start_load()
 
@@ -377,8 +379,24 @@ class Devnet:
         if not self.stop.is_set():
             raise ChildFailed(node.child, f"did not answer within {STARTUP_TIMEOUT_S:.0f} s")
 
+    def wait_linked(self) -> None:
+        """Until every node has its peers (node1: two), at most STARTUP_TIMEOUT_S: the load
+        then starts on a connected network (a node also announces its pool on each new link)."""
+        want = [1] + [2] * (len(self.nodes) - 2) + [1] if len(self.nodes) > 1 else [0]
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline and not self.stop.is_set():
+            counts = []
+            for node in self.nodes:
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    counts.append(int(http_json(f"{node.url}/v1/status", timeout=1.0)[1]["peers"]))
+            if len(counts) == len(want) and all(c >= w for c, w in zip(counts, want, strict=True)):
+                return
+            self.stop.wait(0.2)
+        if not self.stop.is_set():
+            log("the nodes are not all linked yet; starting anyway")
+
     def start_miners(self) -> None:
-        """``--miners`` miners (default 1), miner i on node i mod 3, each its own peer chain."""
+        """``--miners`` miners (default 3), miner i on node i mod 3, each its own peer chain."""
         for i in range(self.args.miners):
             node = self.nodes[i % len(self.nodes)]
             name = "miner" if self.args.miners == 1 else f"miner{i}"
@@ -595,7 +613,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--tps", type=float, default=2.0, help="offered transactions per second (0: off)"
     )
     p.add_argument("--load", choices=["auto", "wallet", "builtin"], default="auto")
-    p.add_argument("--miners", type=int, default=1, help="miners (peer chains), on node i mod 3")
+    p.add_argument(
+        "--miners", type=int, default=NODES, help="miners (peer chains), on node i mod 3"
+    )
     p.add_argument("--block-rate", type=float, default=4.0, help="miner --rate (blocks per second)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between plain lines")
     p.add_argument("--plain", action="store_true", help="plain lines even on a terminal")

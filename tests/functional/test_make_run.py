@@ -137,7 +137,8 @@ def test_devnet_serves_the_explorer_mines_and_stops_cleanly_on_sigint(
     assert resp.headers["Content-Type"].startswith("text/html")
 
     started = {m.group(1): int(m.group(2)) for m in output.find(STARTED_RE)}
-    assert {"node0", "node1", "node2", "miner"} <= set(started), output.text()
+    # one miner per node by default (three peer chains)
+    assert {"node0", "node1", "node2", "miner0", "miner1", "miner2"} <= set(started), output.text()
 
     log.info("Blocks must advance within 60 s")
     first = _blocks(url)
