@@ -387,8 +387,8 @@ class Devnet:
         while time.monotonic() < deadline and not self.stop.is_set():
             counts = []
             for node in self.nodes:
-                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                    counts.append(int(http_json(f"{node.url}/v1/status", timeout=1.0)[1]["peers"]))
+                with contextlib.suppress(ApiError, ValueError, KeyError, TypeError):
+                    counts.append(int(SyncNodeApi(node.url).status(timeout_s=1.0)["peers"]))
             if len(counts) == len(want) and all(c >= w for c, w in zip(counts, want, strict=True)):
                 return
             self.stop.wait(0.2)
