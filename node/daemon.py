@@ -1,9 +1,10 @@
 """The composition root: builds every object of a node, runs it, and shuts it down in order.
 
 Clock -> store -> Chain -> Mempool -> NodeService -> metrics -> PeerManager (p2p) -> HTTP API.
-One ``asyncio.TaskGroup`` holds the long-running tasks (maintenance); SIGINT/SIGTERM set the stop
-event, then the node stops accepting (API and P2P listeners), closes its peers with close frames,
-and closes the database last, well within 10 s.
+One ``asyncio.TaskGroup`` holds the long-running tasks: maintenance, and the peer manager's
+:meth:`~node.peers.PeerManager.run`, whose own TaskGroup holds its timers and dials. SIGINT/SIGTERM
+set the stop event, which ends them; then the node stops accepting (API and P2P listeners),
+closes its peers with close frames, and closes the database last, well within 10 s.
 """
 
 import asyncio
@@ -14,7 +15,6 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
 
 from aiohttp import web
 
@@ -26,6 +26,8 @@ from dagchain.storage.memory import MemoryStore
 from node.api import ApiContext, create_app
 from node.config import NodeConfig
 from node.metrics import NodeMetrics
+from node.p2psettings import P2PSettings
+from node.peers import PeerManager
 from node.service import NodeEvent, NodeService
 
 __all__ = ["P2P_PATH", "StartupError", "run_node", "wall_clock_ms"]
@@ -66,16 +68,6 @@ def open_store(config: NodeConfig) -> KVStore:
         raise StartupError(f"{path} is not a directory: move it away or use another --datadir")
     store: KVStore = leveldb.LevelDBStore(path)
     return store
-
-
-def _peer_manager_class() -> Any:
-    """Owner B's PeerManager, if node/peers.py is present in this build."""
-    try:
-        module = importlib.import_module("node.peers")
-    except ImportError as exc:
-        log.warning("peer-to-peer unavailable (%s): running without p2p", exc)
-        return None
-    return getattr(module, "PeerManager", None)
 
 
 async def _start_site(runner: web.AppRunner, host: str, port: int, what: str) -> None:
@@ -175,32 +167,32 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
         log.info("node %s ready", node_id.hex()[:16])
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_maintenance(service, stop), name="maintenance")
+            if peers is not None:
+                tg.create_task(peers.run(stop), name="p2p")
         log.info("shutting down")
     log.info("database closed")
 
 
 async def _start_peers(
     config: NodeConfig, service: NodeService, node_id: bytes, stack: AsyncExitStack
-) -> Any:
+) -> PeerManager | None:
+    """The peer manager, set up and listening; its loops run in the daemon's TaskGroup."""
     if not config.p2p:
         log.info("peer-to-peer disabled (--no-p2p)")
         return None
-    manager_class = _peer_manager_class()
-    if manager_class is None:
-        return None
-    peers = manager_class(config, service, node_id)
+    peers = PeerManager(P2PSettings.from_config(config), service, node_id)
     p2p_app = web.Application(client_max_size=1024)
     p2p_app.router.add_get(P2P_PATH, peers.handle_inbound)
     # Exit order is reversed: listener closed first (stop accepting), then peers closed.
     stack.push_async_callback(_stop_peers, peers)
-    await peers.start()
+    await peers.start(run=False)
     await stack.enter_async_context(
         _listening(p2p_app, config.p2p_host, config.resolved_p2p_port, "P2P")
     )
     return peers
 
 
-async def _stop_peers(peers: Any) -> None:
+async def _stop_peers(peers: PeerManager) -> None:
     try:
         await asyncio.wait_for(peers.stop(), SHUTDOWN_STEP_S)
     except TimeoutError:

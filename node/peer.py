@@ -11,20 +11,17 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from aiohttp import ClientWebSocketResponse, web
+import aiohttp
+from aiohttp import ClientWebSocketResponse, WSMsgType, web
 
 from node import wire
-from node.gossip import (
-    AddrLimiter,
-    AnnouncedTxs,
-    KnownInventory,
-    Misbehaviour,
-    MissingInputLimiter,
-    TokenBucket,
-)
+from node.gossip import Misbehaviour, MissingInputLimiter, TokenBucket
 
 log = logging.getLogger(__name__)
 
+HELLO_TIMEOUT_S = 10.0
+PING_INTERVAL_S = 30.0
+PONG_TIMEOUT_S = 60.0
 SEND_QUEUE_SIZE = 4096
 """Frames waiting for the socket; beyond this the peer is too slow and is dropped."""
 
@@ -33,7 +30,11 @@ WebSocket = web.WebSocketResponse | ClientWebSocketResponse
 
 
 class Peer:
-    """State of one connection; the manager owns the protocol logic."""
+    """State of one connection; the manager owns the protocol logic.
+
+    What the relay, the sync session and address gossip know of the peer they keep themselves,
+    under its ``key``.
+    """
 
     def __init__(
         self,
@@ -55,34 +56,12 @@ class Peer:
             wire.Role.CLIENT if direction == "outbound" else wire.Role.SERVER
         )
         self.hello: wire.Hello | None = None
-        self.known = KnownInventory()
-        """Ids the peer has: it sent or announced them to us, or we sent it the item itself
-        (and, for blocks, announced it: P11's one announcer at a time)."""
-        self.announced_txs = AnnouncedTxs()
-        """Txids we announced to the peer, and when (re-announced while not ``known``)."""
-        self.unbacked_until_ms = 0
-        """P9 (v2): no new sync round with this peer before this time (its claim was unbacked)."""
         self.score = Misbehaviour()
         self.bucket = TokenBucket()
-        self.addr_limiter = AddrLimiter()
         self.missing_inputs = MissingInputLimiter()
         self.connected_at = time.monotonic()
-        self.best_height = 0
-        self.chainwork = 0
-        self.answered_getaddr = False
-        self.getaddr_sent = False
         self.serving_getdata = 0
         """Our answers to this peer's getdata still in the send queue (≤ 2, §11.7)."""
-        self.requests: dict[str, float] = {}
-        """Outstanding request kind → loop-time deadline (P6)."""
-        self.getdata_out = 0
-        """Our getdata requests to this peer not yet answered."""
-        self.getdata_backlog: list[tuple[int, bytes]] = []
-        self.pending_items: set[bytes] = set()
-        """Items of our getdata requests to this peer not yet answered."""
-        self.getdata_sets: list[set[bytes]] = []
-        """Items of each of our outstanding getdata (one counts until all its items answered)."""
-        self.got_addr = False
         self.timeouts = 0
         self.ping_nonce: int | None = None
         self.ping_sent_at = 0.0
@@ -135,6 +114,10 @@ class Peer:
             self.close_soon(wire.CLOSE_PROTOCOL_ERROR)
             return False
         return True
+
+    def done_serving(self) -> None:
+        """One of our answers to its getdata has been written."""
+        self.serving_getdata = max(0, self.serving_getdata - 1)
 
     def call_when_sent(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once everything queued so far has been written."""
@@ -196,13 +179,57 @@ class Peer:
                 self.closed = True
                 return
 
-    def info(self, now_ms: int) -> dict[str, Any]:
-        """``GET /v1/peers`` row."""
+    async def read(self, on_frame: Callable[[bytes | str], None]) -> bool:
+        """Hand every frame to ``on_frame`` until the connection ends or a close is decided.
+
+        Returns True if the peer sent a frame over ``max_frame`` (P1: the caller bans, 1009).
+        A peer without a hello within 10 s is closed.
+        """
+        ws, loop = self.ws, asyncio.get_running_loop()
+        deadline = loop.time() + HELLO_TIMEOUT_S
+        while not self.closed:
+            timeout = None if self.ready else max(0.0, deadline - loop.time())
+            try:
+                msg = await asyncio.wait_for(ws.receive(), timeout)
+            except TimeoutError:
+                log.info("peer %s: no hello within %.0f s", self.key, HELLO_TIMEOUT_S)
+                self.close_soon(wire.CLOSE_PROTOCOL_ERROR)
+                return False
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                return False
+            if self.is_closing():
+                return False  # we decided to close meanwhile (a timeout, a ban): read no further
+            if msg.type == WSMsgType.ERROR:
+                exc = ws.exception()
+                code = getattr(exc, "code", None)
+                if code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG or "too big" in str(exc).lower():
+                    return True
+                log.debug("peer %s: websocket error %s", self.key, exc)
+                return False
+            if msg.type == WSMsgType.TEXT:
+                on_frame(str(msg.data))
+            elif msg.type == WSMsgType.BINARY:
+                on_frame(bytes(msg.data))
+        return False
+
+    def keepalive(self, nonce: int) -> None:
+        """Ping every 30 s (with ``nonce``); close (1000) after 60 s without the pong."""
+        mono = time.monotonic()
+        if self.ping_nonce is not None and mono - self.ping_sent_at > PONG_TIMEOUT_S:
+            log.info("peer %s: no pong within %.0f s", self.key, PONG_TIMEOUT_S)
+            self.close_soon(1000)
+        elif self.ping_nonce is None and mono - self.ping_sent_at > PING_INTERVAL_S:
+            self.ping_nonce = nonce
+            self.ping_sent_at = mono
+            self.send(wire.Ping(nonce))
+
+    def info(self, now_ms: int, best_height: int) -> dict[str, Any]:
+        """``GET /v1/peers`` row (``best_height``: its best milestone as far as we know)."""
         return {
             "node_id": self.node_id.hex(),
             "address": f"{self.host}:{self.port}",
             "direction": self.direction,
-            "best_milestone_height": self.best_height,
+            "best_milestone_height": best_height,
             "score": self.score.value(now_ms),
             "connected_s": int(time.monotonic() - self.connected_at),
         }

@@ -62,6 +62,9 @@ class RelaySettings:
     max_getdata_items: int = MAX_GETDATA_ITEMS
     max_inv_items: int = wire.MAX_INV
     known_inventory_size: int = gossip.KNOWN_INVENTORY_SIZE
+    reannounce_min_ms: int = gossip.TX_REANNOUNCE_MIN_MS
+    reannounce_max_ms: int = gossip.TX_REANNOUNCE_MAX_MS
+    reannounce_max_items: int = gossip.TX_REANNOUNCE_MAX_ITEMS
     forget_relayed: bool = False
     """Drop an item from every peer's known inventory once we have relayed it, and do not
     record it again. The known inventory is only read when an item is relayed, so this changes
@@ -113,6 +116,10 @@ class PeerRelay:
     """Items of our getdata to this peer not yet answered."""
     deadline_ms: int | None = None
     """When our outstanding getdata times out (P6), None if nothing is outstanding."""
+    announced: gossip.AnnouncedTxs | None = None
+    """Txids we announced to the peer, and when: re-announced while not ``known`` (an ``inv``
+    does not make a tx known to the peer, only its answer or our ``tx`` does). None with
+    ``forget_relayed``, which neither records nor re-announces."""
 
 
 @final
@@ -139,12 +146,20 @@ class Relay:
         """Txids in ``tx_announcer``: accepted, not announced yet."""
         self._last_flush_ms = 0
         self._forget = s.forget_relayed
+        self.reannounce_timer = gossip.ReannounceTimer(
+            rng, s.reannounce_min_ms, s.reannounce_max_ms
+        )
 
     # ------------------------------------------------------------------ peers
     def add_peer(self, key: str) -> None:
         """``key`` completed its handshake."""
         size = self.settings.known_inventory_size
-        self.peers[key] = PeerRelay(_Known(size) if self._forget else gossip.KnownInventory(size))
+        if self._forget:
+            self.peers[key] = PeerRelay(_Known(size))
+        else:
+            self.peers[key] = PeerRelay(
+                gossip.KnownInventory(size), announced=gossip.AnnouncedTxs(size)
+            )
 
     def remove_peer(self, key: str, now_ms: int) -> list[Send]:
         """``key`` left: ask the next announcer for what we were fetching from it."""
@@ -395,17 +410,63 @@ class Relay:
         sends: list[Send] = []
         forget = self._forget
         for key, txids in per_peer.items():
-            known = peers[key].known
+            announced = peers[key].announced
             for start in range(0, len(txids), cap):
                 chunk = txids[start : start + cap]
-                if not forget:
+                if announced is not None:
                     for txid in chunk:
-                        known.add(txid)
+                        announced.add(txid, now_ms)
                 sends.append((key, wire.Inv(tuple((TX, t) for t in chunk))))
         self._queued.clear()
         if forget:
             for txid, _ in batch:
                 self._discard(txid)
+        return sends
+
+    def announce_pool(self, key: str, txids: Sequence[bytes], now_ms: int) -> list[Send]:
+        """A new ready connection: announce our pool (``txids``, by fee rate) in ``inv`` batches
+        of at most 1,000, so a tx accepted before the link existed still reaches the peer
+        (P11 as docs/p2p.md maps it)."""
+        peer = self.peers.get(key)
+        if peer is None:
+            return []
+        batches = gossip.mempool_inv_batches(txids, peer.known, batch=self.settings.max_inv_items)
+        return self._tx_invs(key, peer, batches, now_ms)
+
+    def reannounce_due(self, now_ms: int) -> bool:
+        """True once every 30-60 s (at random): time for :meth:`reannounce`."""
+        return self.reannounce_timer.due(now_ms)
+
+    def reannounce(self, txids: Sequence[bytes], now_ms: int) -> list[Send]:
+        """Pool txs (``txids``, by fee rate) a peer is not known to have and that we did not
+        announce to it within the last 30 s, at most one ``inv`` of 1,000 per peer (P11)."""
+        s = self.settings
+        sends: list[Send] = []
+        if not txids:
+            return sends
+        for key, peer in self.peers.items():
+            batches = gossip.mempool_inv_batches(
+                txids,
+                peer.known,
+                peer.announced,
+                now_ms,
+                s.reannounce_min_ms,
+                s.reannounce_max_items,
+                s.max_inv_items,
+            )
+            sends += self._tx_invs(key, peer, batches, now_ms)
+        return sends
+
+    def _tx_invs(
+        self, key: str, peer: PeerRelay, batches: list[list[bytes]], now_ms: int
+    ) -> list[Send]:
+        announced = peer.announced
+        sends: list[Send] = []
+        for chunk in batches:
+            if announced is not None:
+                for txid in chunk:
+                    announced.add(txid, now_ms)
+            sends.append((key, wire.Inv(tuple((TX, t) for t in chunk))))
         return sends
 
     def _discard(self, item: bytes) -> None:

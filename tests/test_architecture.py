@@ -22,7 +22,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 NODE_PURE = frozenset(
-    {"node.wire", "node.gossip", "node.relay", "node.sync", "node.verify", "node.service"}
+    {
+        "node.wire",
+        "node.gossip",
+        "node.relay",
+        "node.sync",
+        "node.syncsession",
+        "node.addrgossip",
+        "node.dialer",
+        "node.intake",
+        "node.p2psettings",
+        "node.verify",
+        "node.service",
+    }
 )
 """node's modules without I/O (docs/architecture.md, module map): all the simulator may use."""
 MINER_PURE = frozenset({"miner.template", "miner.search", "miner._kernel"})

@@ -6,7 +6,6 @@ import itertools
 import os
 import random
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -18,6 +17,7 @@ from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from dagchain.transactions import Transaction
 from node import gossip, wire
+from node.p2psettings import P2PSettings
 from node.peers import PeerManager
 from node.service import NodeService
 from tests.dagchain.chainkit import Node, key, transfer
@@ -74,8 +74,9 @@ def payments(count: int) -> list[Transaction]:
 async def net() -> AsyncIterator[tuple[PeerManager, TestServer, aiohttp.ClientSession]]:
     kit = Node(DEVNET)
     service = NodeService(DEVNET, kit.chain, Mempool(DEVNET), lambda: kit.now_ms)
-    settings = {"network": "devnet", "peers": (), "no_discovery": True, "datadir": None}
-    manager = PeerManager(SimpleNamespace(**settings), service, os.urandom(32))
+    manager = PeerManager(
+        P2PSettings.for_network("devnet", discovery=False), service, os.urandom(32)
+    )
     app = web.Application()
     app.router.add_get(wire.PROTOCOL_PATH, manager.handle_inbound)
     server = TestServer(app, host="127.0.0.1")
@@ -157,11 +158,12 @@ async def test_a_new_peer_gets_the_pool_announced_and_what_it_never_fetched_agai
     await client.send(wire.Inv(((int(wire.InvKind.TX), txs[1].txid),)))
     await client.barrier()
     client.received.clear()
-    manager.tx_reannounce = gossip.ReannounceTimer(random.Random(2), 0, 0)
-    manager.tx_reannounce.due(0)  # start its clock
-    for peer in manager.ready_peers():  # as if announced a round ago
+    manager.relay.reannounce_timer = gossip.ReannounceTimer(random.Random(2), 0, 0)
+    manager.relay.reannounce_timer.due(0)  # start its clock
+    for state in manager.relay.peers.values():  # as if announced a round ago
+        assert state.announced is not None
         for tx in txs:
-            peer.announced_txs.add(tx.txid, manager.service.clock() - gossip.TX_REANNOUNCE_MIN_MS)
+            state.announced.add(tx.txid, manager.service.clock() - gossip.TX_REANNOUNCE_MIN_MS)
     await client.expect(wire.Inv)
     await client.barrier()
     assert sorted(set(client.announced())) == sorted(tx.txid for tx in txs[2:])
@@ -176,7 +178,6 @@ async def test_reaching_the_ban_threshold_closes_4006_even_with_another_close_on
     (peer,) = manager.ready_peers()
     # in one tick: a third request timeout closes (1000), then the peer reaches the threshold
     peer.timeouts = gossip.MAX_TIMEOUTS - 1
-    peer.requests["milestones"] = 0.0
     manager._on_timeout(peer, "milestones")
     manager._penalise(peer, gossip.BAN_THRESHOLD, "test: ban")
     msg = await asyncio.wait_for(client.ws.receive(), TIMEOUT_S)

@@ -250,3 +250,32 @@ def test_forget_relayed_keeps_no_inventory_once_relayed() -> None:
     assert sorted(k for k, _ in sends) == ["p2", "p3"]
     relay.on_inv("p2", wire.Inv(((TX, txid),)), 300)  # after: not recorded
     assert all(len(p.known) == 0 for p in relay.peers.values())
+
+
+def test_the_pool_is_announced_to_a_new_peer_in_batches_without_what_it_has() -> None:
+    relay, _ = _relay(1)
+    txids = [_id(n) for n in range(1500)]
+    relay.on_inv("p0", wire.Inv(((TX, txids[0]),)), 0)  # p0 has tx 0
+    sends = relay.announce_pool("p0", txids, 10)
+    assert [len(m.items) for _, m in sends if isinstance(m, wire.Inv)] == [1000, 499]
+    assert relay.announce_pool("nobody", txids, 10) == []
+
+
+def test_an_announced_tx_the_peer_never_fetched_is_announced_again_after_30_s() -> None:
+    relay, inv = _relay(2)
+    inv.txs[_id(1)] = b"t1"
+    relay.on_tx_accepted(_id(1))
+    assert len(relay.flush_txs(250)) == 2  # announcing does not make it known
+    relay.on_getdata("p1", wire.GetData(((TX, _id(1)),)))  # p1 fetched it: known now
+    assert relay.reannounce([_id(1)], 20_000) == []  # announced 20 s ago: not yet
+    assert relay.reannounce([_id(1)], 30_250) == [("p0", wire.Inv(((TX, _id(1)),)))]
+    assert relay.reannounce([_id(1)], 40_000) == []  # just re-announced
+
+
+def test_reannounce_rounds_come_every_30_to_60_s() -> None:
+    relay, _ = _relay(1)
+    assert not relay.reannounce_due(0)  # the first call starts the clock
+    due = [t for t in range(250, 200_000, 250) if relay.reannounce_due(t)]
+    gaps = [b - a for a, b in zip([0, *due], due, strict=False)]
+    assert due
+    assert all(30_000 <= g <= 60_250 for g in gaps)

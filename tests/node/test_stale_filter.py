@@ -10,7 +10,6 @@ sync it is processed like any block.
 import asyncio
 import os
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -23,6 +22,7 @@ from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from dagchain.rules import is_stale_relay
 from node import wire
+from node.p2psettings import P2PSettings
 from node.peers import PeerManager
 from node.service import NodeService
 from tests.dagchain.builders import address_of_secret, secret_of
@@ -121,8 +121,8 @@ async def start(
         kit.submit(block)
         builder.submit(block)
     service = NodeService(DEVNET, kit.chain, Mempool(DEVNET), lambda: kit.now_ms)
-    settings = {"network": "devnet", "peers": (), "no_discovery": True, "datadir": None}
-    manager = PeerManager(SimpleNamespace(**{**settings, **config}), service, os.urandom(32))
+    settings = P2PSettings.for_network("devnet", discovery=False, **config)
+    manager = PeerManager(settings, service, os.urandom(32))
     app = web.Application()
     app.router.add_get(wire.PROTOCOL_PATH, manager.handle_inbound)
     server = TestServer(app, host="127.0.0.1")

@@ -1,0 +1,91 @@
+"""Blocks and txs from peers into the core, with their verdicts for the shell (§11.6, §11.7).
+
+Pure: the shell (``node.peers``) applies the scores and sends the requests this returns.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from dagchain.chain import BlockStatus
+from dagchain.errors import InvalidBlock, InvalidTransaction, NotYetValid
+from dagchain.mempool import MempoolError
+from node import gossip
+from node.service import NodeService
+from node.syncsession import ORPHAN_SYNC_TRIGGER
+
+log = logging.getLogger(__name__)
+
+Penalty = tuple[int, str]
+"""Misbehaviour points and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockIntake:
+    """What became of a block from a peer."""
+
+    penalties: tuple[Penalty, ...] = ()
+    missing: tuple[bytes, ...] = ()
+    """An orphan: the links it waits for (P13: getdata them from the sender)."""
+    behind: bool = False
+    """P13: an unknown milestone link, or too many orphans: milestone sync with the sender."""
+    stale: bool = False
+    """P14: dropped as a stale relay (no penalty, nothing remembered)."""
+
+
+def take_block(
+    service: NodeService, key: str, block_id: bytes, raw: bytes, stale_filter: bool
+) -> BlockIntake:
+    """Submit a relayed or fetched block; ``stale_filter``: apply P14 first.
+
+    P14 drops a relayed block whose milestone link is ``punctuality`` below our best. The caller
+    turns the filter off for blocks fetched from a ``pending`` reply (P9); blocks an orphan
+    waits for (P13) are exempt in the core, so the filter never slows a node catching up.
+    """
+    if stale_filter:
+        stale = service.drop_stale_relay(block_id, raw)
+        if stale is not None:
+            log.debug(
+                "peer %s: stale relayed block %s dropped (P14: milestone link at %d, best %d)",
+                key,
+                block_id.hex()[:16],
+                *stale,
+            )
+            return BlockIntake(stale=True)
+    try:
+        outcome = service.submit_block(raw, key)
+    except (InvalidBlock, NotYetValid) as exc:
+        score = gossip.score_block_error(exc)
+        reason = f"block {getattr(exc, 'rule', '?')}: {exc}"
+        return BlockIntake(((score, reason),) if score else ())
+    if outcome.status is not BlockStatus.ORPHAN:
+        return BlockIntake()
+    penalties: tuple[Penalty, ...] = ()
+    if key in outcome.evicted_orphans:
+        reason = "orphan beyond the per-peer limit (P13)"
+        penalties = ((gossip.SCORE_ORPHAN_OVER_LIMIT, reason),)
+    ms_link = gossip.block_frame_milestone_link(raw)
+    # P13: an unknown milestone link means we are behind: milestone sync is faster
+    behind = ms_link in outcome.missing or len(service.chain.orphans) > ORPHAN_SYNC_TRIGGER
+    return BlockIntake(penalties, tuple(bytes(m) for m in outcome.missing), behind)
+
+
+def take_tx(
+    service: NodeService, key: str, raw: bytes, limiter: gossip.MissingInputLimiter, now_ms: int
+) -> Penalty | None:
+    """Submit a tx from a peer: the penalty it earns, if any (a duplicate or a conflict is not
+    the peer's fault). Txs with missing inputs beyond 100 a minute cost 1 each."""
+    if limiter.exhausted(now_ms) and service.lacks_inputs(raw):
+        return gossip.SCORE_RATE, "tx with missing inputs beyond 100 per minute"
+    try:
+        service.submit_tx(raw, key)
+    except InvalidTransaction as exc:
+        if exc.rule == "V6" and exc.message == "missing-input":
+            limiter.record(now_ms)
+        score = gossip.score_tx_rule(exc.rule)
+        return (score, f"tx {exc.rule}") if score else None
+    except MempoolError:
+        return None
+    return None
+
+
+__all__ = ["BlockIntake", "take_block", "take_tx"]
