@@ -31,7 +31,7 @@ from simulator.sim_node import SimNode
 from simulator.simulation import OBSERVER, Simulation
 
 
-def oldest_first_tip_link(
+def oldest_first_tip_links(
     chain: Chain,
     ms_link: BlockId,
     previous: bytes,
@@ -43,10 +43,10 @@ def oldest_first_tip_link(
 
     ``--oldest-tip`` swaps it in for one run (PROTOCOL.md §14, question 2).
     """
-    return ORIGINAL_TIP_LINK(chain, ms_link, previous, own_root, oldest_first=oldest_first)
+    return ORIGINAL_TIP_LINKS(chain, ms_link, previous, own_root, oldest_first=oldest_first)
 
 
-ORIGINAL_TIP_LINK = template.choose_tip_links
+ORIGINAL_TIP_LINKS = template.choose_tip_links
 
 
 def measure(
@@ -56,11 +56,11 @@ def measure(
     scenario = load_scenario(scenario_path, overrides)
     sim = Simulation(scenario)
     if oldest_tip:
-        template.choose_tip_links = oldest_first_tip_link
+        template.choose_tip_links = oldest_first_tip_links
     try:
         metrics = sim.run().metrics
     finally:
-        template.choose_tip_links = ORIGINAL_TIP_LINK
+        template.choose_tip_links = ORIGINAL_TIP_LINKS
     observer = sim.nodes[OBSERVER]
     if not isinstance(observer, SimNode):  # pragma: no cover - node 0 is a full node
         raise TypeError("the observer must be a full node")

@@ -670,8 +670,8 @@ def test_d6_timestamp_before_milestone_link_is_rejected_equal_is_accepted(chain:
     accept(chain, craft(chain, previous=peer.id, tip=m1.id, milestone=m1.id, timestamp_ms=G + 1000))
 
 
-def test_d6_does_not_constrain_the_tip_link(chain: Chain) -> None:
-    """D6 names the previous and milestone links only: a tip link may be newer."""
+def test_d6_does_not_constrain_tip_links(chain: Chain) -> None:
+    """D6 names the previous and milestone links only: tip links may be newer."""
     peer = register(chain, 1, timestamp_ms=G + 100)
     newer = register(chain, 2, timestamp_ms=G + 5000)
     accept(chain, craft(chain, previous=peer.id, tip=newer.id, timestamp_ms=G + 200))
