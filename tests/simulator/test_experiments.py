@@ -310,11 +310,11 @@ def test_ordering_lag_oldest_tip_variant_is_swapped_back() -> None:
     from miner import template
 
     lag = _load_script("ordering_lag")
-    original = template._tip_link
+    original = template.choose_tip_links
     result = lag.measure(
         EXPERIMENTS / "assignment.toml",
         ["nodes=6", "miners.count=4", "duration_s=10", "chain.sortition_k=2"],
         oldest_tip=True,
     )
     assert sum(result["lags"].values()) > 0
-    assert template._tip_link is original
+    assert template.choose_tip_links is original

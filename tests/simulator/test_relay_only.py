@@ -105,7 +105,7 @@ def test_a_relay_only_node_holds_a_block_until_its_links_are_accepted() -> None:
     hub = _Hub(2)
     accepted = Knowledge(2)
     node = RelayNode(1, hub, DecodeCache(sim.params), accepted, chain.genesis_id)
-    for link in (*a.header.links, *b.header.links, *c.header.links):
+    for link in (*a.links, *b.links, *c.links):
         if link not in (a.id, b.id):  # every other link of a, b and c is accepted here
             accepted.learn(1, link)
     node.on_deliver_block(c.id, c.raw, 7)
