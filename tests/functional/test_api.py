@@ -6,6 +6,7 @@ block), and submitted with the bearer token; errors are checked for status and J
 """
 
 import asyncio
+import dataclasses
 import json
 import logging
 import subprocess
@@ -18,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from dagchain.blocks import Block, BlockHeader, make_block
+from dagchain.blocks import Block, BlockHeader, compute_tips_root, make_block
 from dagchain.crypto import encode_address
 from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET
@@ -73,11 +74,14 @@ def raw_request(
 def solve(template: dict[str, Any], want_milestone: bool | None = None) -> Block:
     """A block from a template (JSON of GET /v1/mining/template) with real PoW."""
     txs = [decode_transaction(bytes.fromhex(t), DEVNET) for t in template["txs"]]
+    tips = [bytes.fromhex(t) for t in template["tip_links"]]
+    assert tips == sorted(tips), "tip_links are ascending (PROTOCOL.md v2 §2.2)"
+    assert bytes.fromhex(template["tips_root"]) == compute_tips_root(tips)
     header = BlockHeader(
         template["version"],
         bytes.fromhex(template["milestone_link"]),  # type: ignore[arg-type]
         bytes.fromhex(template["previous_link"]),  # type: ignore[arg-type]
-        bytes.fromhex(template["tip_link"]),  # type: ignore[arg-type]
+        bytes.fromhex(template["tips_root"]),
         bytes.fromhex(template["merkle_root"]),
         template["timestamp_ms"],
         template["target"],
@@ -89,7 +93,7 @@ def solve(template: dict[str, Any], want_milestone: bool | None = None) -> Block
         want_milestone,
         int(template["milestone_target_value"]),
     )
-    return make_block(header, txs)
+    return make_block(header, tips, txs)
 
 
 def mine(node: NodeProcess, query: str, want_milestone: bool | None = None) -> dict[str, Any]:
@@ -299,37 +303,16 @@ def test_api_errors_are_json_with_the_right_status(node: NodeProcess) -> None:
     template = auth("GET", f"/v1/mining/template?register={FAUCET_ADDRESS.hex()}", auth=True)
     block = solve(template)
     h = block.header
-    future = BlockHeader(
-        h.version,
-        h.milestone_link,
-        h.previous_link,
-        h.tip_link,
-        h.merkle_root,
-        h.timestamp_ms + 60_000,
-        h.target,
-        h.nonce,
-    )
+    future = dataclasses.replace(h, timestamp_ms=h.timestamp_ms + 60_000)
     future = grind(future, int(template["target_value"]), None, 0)
-    late = make_block(future, block.txs)
+    late = make_block(future, block.tip_links, block.txs)
     assert error_of(
         lambda: auth("POST", "/v1/mining/submit", {"raw": late.raw.hex()}, auth=True)
     ) == (
         409,
         "H11",
     )
-    bumped = make_block(
-        BlockHeader(
-            2,
-            h.milestone_link,
-            h.previous_link,
-            h.tip_link,
-            h.merkle_root,
-            h.timestamp_ms,
-            h.target,
-            h.nonce,
-        ),
-        block.txs,
-    )
+    bumped = make_block(dataclasses.replace(h, version=2), block.tip_links, block.txs)
     assert error_of(
         lambda: auth("POST", "/v1/mining/submit", {"raw": bumped.raw.hex()}, auth=True)
     ) == (400, "H2")

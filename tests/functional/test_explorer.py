@@ -158,7 +158,8 @@ def test_explorer_shows_the_live_dag_and_looks_up_blocks_and_transactions(
     wait_until(lambda: _field(browser, "hash") == block.id.hex(), 10, "the block in the result")
     h = block.header
     assert _field(browser, "previous_link") == h.previous_link.hex()
-    assert _field(browser, "tip_link") == h.tip_link.hex()
+    assert _field(browser, "tip_links").split() == [t.hex() for t in block.tip_links]
+    assert _field(browser, "tips_root") == h.tips_root.hex()
     assert _field(browser, "milestone_link") == h.milestone_link.hex()
     assert _field(browser, "merkle_root") == h.merkle_root.hex()
     assert _field(browser, "nonce") == str(h.nonce)

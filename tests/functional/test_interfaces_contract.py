@@ -12,6 +12,7 @@ Two real devnet nodes for the whole module (node 1 dials node 0), blocks with re
 
 import asyncio
 import contextlib
+import itertools
 import json
 import re
 import signal
@@ -29,7 +30,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from dagchain.blocks import decode_block
+from dagchain.blocks import compute_tips_root, decode_block
 from dagchain.crypto import encode_address
 from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET
@@ -103,15 +104,31 @@ def is_hash_list(value: object) -> bool:
     return isinstance(value, list) and all(is_hash(v) for v in value)
 
 
+def is_tip_list(value: object) -> bool:
+    """PROTOCOL.md v2 §2.2: 1..max_tip_links ids, strictly ascending."""
+    return (
+        is_hash_list(value)
+        and isinstance(value, list)
+        and 1 <= len(value) <= DEVNET.max_tip_links
+        and all(bytes.fromhex(a) < bytes.fromhex(b) for a, b in itertools.pairwise(value))
+    )
+
+
 HEADER = {
     "version": is_int,
     "milestone_link": is_hash,
     "previous_link": is_hash,
-    "tip_link": is_hash,
+    "tips_root": is_hash,
+    "tip_links": is_tip_list,
     "merkle_root": is_hash,
     "timestamp_ms": is_int,
     "target": is_int,
 }
+
+
+def _tips_root(tip_links: list[str]) -> str:
+    """PROTOCOL.md v2 §2.1 over the hex tip links."""
+    return compute_tips_root([bytes.fromhex(t) for t in tip_links]).hex()
 
 
 # ---------------------------------------------------------------------- the two nodes
@@ -223,6 +240,7 @@ def test_block_fields_and_types_for_a_milestone_and_a_pending_block(net: Net) ->
         )
         assert "level_set_height" in block
         assert len(block["tx_status"]) == len(block["txids"])
+        assert block["tips_root"] == _tips_root(block["tip_links"]), name
     assert milestone["is_milestone"] is True
     assert milestone["level_set_height"] == 1
     assert milestone["tx_status"] == ["valid"]
@@ -338,6 +356,7 @@ def test_template_fields_and_types(net: Net) -> None:
         "needs_registration": is_bool,
     }
     check(root, spec, "register template")
+    assert root["tips_root"] == _tips_root(root["tip_links"])
     assert "nonce" not in root, "header fields but the nonce"
     for name in ("root", "anchor", "anchor_address"):
         assert name in root

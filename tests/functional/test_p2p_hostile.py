@@ -1,5 +1,6 @@
 """Scenario 5, hostile peer: bad frames and blocks get a peer banned; honest work goes on."""
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable
@@ -7,7 +8,7 @@ from collections.abc import Callable
 import msgpack
 import pytest
 
-from dagchain.blocks import NONCE_OFFSET, Block, BlockHeader, make_block
+from dagchain.blocks import NONCE_OFFSET, Block, make_block
 from node import wire
 from tests.dagchain.builders import address_of_secret, build_block, secret_of
 from tests.functional.framework import BlockFactory, FakePeer, NodeProcess, TestNetwork
@@ -30,18 +31,8 @@ def bad_pow_block(factory: BlockFactory) -> Block:
         if int.from_bytes(h, "little") > limit:
             break
         nonce += 1
-    hdr = good.header
-    header = BlockHeader(
-        hdr.version,
-        hdr.milestone_link,
-        hdr.previous_link,
-        hdr.tip_link,
-        hdr.merkle_root,
-        hdr.timestamp_ms,
-        hdr.target,
-        nonce,
-    )
-    return make_block(header, good.txs)
+    header = dataclasses.replace(good.header, nonce=nonce)
+    return make_block(header, good.tip_links, good.txs)
 
 
 def attack(
