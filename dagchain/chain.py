@@ -109,10 +109,10 @@ class Chain:
 
         ``memory_window``: milestones below the best head whose blocks, level sets and indexes
         stay in memory (default twice punctuality, at least 1); older history is read
-        from the store on demand (issue 3). ``signature_cache`` and ``decode_cache`` may be
+        from the store on demand (docs/protocol.md decision 15). ``signature_cache`` and ``decode_cache`` may be
         shared by several Chains of one process (the simulator); by default each Chain has its
         own signature cache and decodes every block it receives. ``level_set_cache`` (same
-        sharing) hands a level set evaluated by one Chain to the others (issue 5).
+        sharing) hands a level set evaluated by one Chain to the others (the simulator's shared memo).
         """
         self.params = params
         self.store = store
@@ -658,7 +658,7 @@ class Chain:
         pending = st.pending
         # in_earlier(b) = "b has an LS height in this ledger": every accepted block either has
         # one or is pending, and the pending set is always whole in memory, so no store read
-        # for the new blocks (which have no x row yet; issue 3).
+        # for the new blocks (which have no x row yet; decision 22).
         order = compute_level_set(ms, lambda b: blocks[b].links, lambda b: b not in pending)
         height = st.snapshots[ms].height
         delta = evaluate_level_set(

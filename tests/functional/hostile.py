@@ -1,5 +1,5 @@
 """A hostile peer that a node dials: an aiohttp WebSocket server speaking the wire protocol
-from PROTOCOL.md §11, on its own thread and event loop (for issue 15 §3's defects)."""
+from PROTOCOL.md §11, on its own thread and event loop (for the P1, P9 and §11.7 defect tests)."""
 
 import asyncio
 import contextlib

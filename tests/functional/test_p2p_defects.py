@@ -1,4 +1,4 @@
-"""Peer-to-peer defects found by a hostile peer written from PROTOCOL.md (issue 15 §3).
+"""Peer-to-peer defects found by a hostile peer written from PROTOCOL.md (P1, P9, §11.7).
 
 - §11.7: reaching ``ban_threshold`` closes with 4006, also for an orphan flood beyond the
   per-peer limit (P13), never with 1000.

@@ -1,4 +1,4 @@
-"""``make run``'s topology under load (issue 15 §2): 3 nodes (node1 dials node0, node2 dials
+"""``make run``'s topology under load (README: transactions must confirm): 3 nodes (node1 dials node0, node2 dials
 node1, as scripts/devnet.py), a miner on each, 5 tx/s posted to node1 for 60 s. At least 90 % of
 the offered txs confirm, and all three nodes end with the same ledger.
 

@@ -1,4 +1,4 @@
-"""HTTP-level behaviour of the API (issue 15, section 4) on the real app, LevelDB and 127.0.0.1.
+"""HTTP-level behaviour of the API (INTERFACES.md, RFC 9110) on the real app, LevelDB and 127.0.0.1.
 
 - 405 answers carry ``Allow`` (RFC 9110 §15.5.6); HEAD on a GET route answers like GET, no body.
 - Integers in paths and queries are ASCII decimal digits only, in one stated bound, and every
