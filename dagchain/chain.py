@@ -108,11 +108,12 @@ class Chain:
         """Open (or initialise) the chain stored in ``store``.
 
         ``memory_window``: milestones below the best head whose blocks, level sets and indexes
-        stay in memory (default twice punctuality, at least 1); older history is read
-        from the store on demand (docs/protocol.md decision 15). ``signature_cache`` and ``decode_cache`` may be
-        shared by several Chains of one process (the simulator); by default each Chain has its
-        own signature cache and decodes every block it receives. ``level_set_cache`` (same
-        sharing) hands a level set evaluated by one Chain to the others (the simulator's shared memo).
+        stay in memory (default twice punctuality, at least 1); older history is read from the
+        store on demand (docs/protocol.md decision 15). ``signature_cache`` and
+        ``decode_cache`` may be shared by several Chains of one process (the simulator); by
+        default each Chain has its own signature cache and decodes every block it receives.
+        ``level_set_cache`` (same sharing) hands a level set evaluated by one Chain to the
+        others (the simulator's shared memo).
         """
         self.params = params
         self.store = store

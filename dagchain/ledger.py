@@ -32,8 +32,8 @@ UtxoEntry = tuple[int, Address, int]
 """(amount, address, LS height): how the UTXO set and level-set deltas hold an unspent output.
 
 A plain tuple of ints and bytes, which the garbage collector stops scanning after one pass: the
-UTXO set is the largest long-lived structure of a node (docs/benchmarks.md "Core"). ``Utxo(*entry)`` is the record
-the Chain's queries return.
+UTXO set is the largest long-lived structure of a node (docs/benchmarks.md "Core").
+``Utxo(*entry)`` is the record the Chain's queries return.
 """
 
 

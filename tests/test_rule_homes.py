@@ -1,4 +1,4 @@
-"""One home per rule (docs/protocol.md decision 23): header and link rules live in ``dagchain/`` only.
+"""One home per rule (docs/protocol.md decision 23): header and link rules live in dagchain/.
 
 The node, the miner, the simulator, the wallet and the scripts call ``dagchain.rules`` (H2-H5,
 H7 for ``tips_root``, H11, D4-D6, msh(L), P14) and never re-derive a rule. This test parses every

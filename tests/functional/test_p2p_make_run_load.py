@@ -1,6 +1,7 @@
-"""``make run``'s topology under load (README: transactions must confirm): 3 nodes (node1 dials node0, node2 dials
-node1, as scripts/devnet.py), a miner on each, 5 tx/s posted to node1 for 60 s. At least 90 % of
-the offered txs confirm, and all three nodes end with the same ledger.
+"""``make run``'s topology under load (README: transactions must confirm): 3 nodes (node1
+dials node0, node2 dials node1, as scripts/devnet.py), a miner on each, 5 tx/s posted to
+node1 for 60 s. At least 90 % of the offered txs confirm, and all three nodes end with the
+same ledger.
 
 Bounded: 60 s of load, at most 20 s more for the last confirmations and 20 s to agree on one
 best milestone once the miners stop (about 90 s in all).

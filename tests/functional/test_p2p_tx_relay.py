@@ -1,6 +1,7 @@
-"""Tx relay in ``make run``'s topology (PROTOCOL.md P11, docs/p2p.md): a payment posted to node1 reaches the
-miner's node, node0, and confirms everywhere, even when node1 accepted it before it was
-connected to node0 (each side announces its mempool once a connection is ready, P11)."""
+"""Tx relay in ``make run``'s topology (PROTOCOL.md P11, docs/p2p.md): a payment posted to
+node1 reaches the miner's node, node0, and confirms everywhere, even when node1 accepted it
+before it was connected to node0 (each side announces its mempool once a connection is ready,
+P11)."""
 
 import logging
 from pathlib import Path

@@ -1,4 +1,7 @@
-"""v2 metrics (INTERFACES.md dagchain-sim, PROTOCOL.md v2 §14): ordering lag, freshness losses, lost txs, the k-chain miner."""
+"""v2 metrics (INTERFACES.md dagchain-sim, PROTOCOL.md v2 §14).
+
+Ordering lag, freshness losses, lost txs, the k-chain miner.
+"""
 
 import csv
 from pathlib import Path
