@@ -149,3 +149,20 @@ def test_multi_root_registers_k_chains_and_reports_fee_share() -> None:
     assert "duplicate_tx_rate" in m
     assert sum(attacker.choices.values()) + 4 == attacker.blocks
     assert len(attacker.choices) > 1  # it mines more than one of its chains
+
+
+def test_v2_table_prints_a_row_per_run(tmp_path: Path) -> None:
+    """experiments/v2_table.py (docs/experiments.md "v2: freshness at scale") reads real outputs."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("v2_table", root / "experiments" / "v2_table.py")
+    assert spec is not None
+    assert spec.loader is not None
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    sim, result = run(["nodes=4", "miners.count=3", "duration_s=10", "load.tps=2"])
+    write_outputs(tmp_path / "run", sim.scenario, result)
+    line = table.row(tmp_path / "run")
+    assert line.startswith("| run | ")
+    assert line.count("|") == table.HEADER.count("|")
