@@ -28,7 +28,7 @@ def node_ids(nodes: int) -> list[int]:
 class Knowledge:
     """``knows(node, key)``/``learn``/``forget`` over ``nodes`` nodes."""
 
-    __slots__ = ("_nodes", "everywhere", "holders")
+    __slots__ = ("_nodes", "everywhere", "holders", "payload")
 
     def __init__(self, nodes: int) -> None:
         self._nodes = nodes
@@ -36,6 +36,9 @@ class Knowledge:
         """Items known by some but not all nodes: the nodes that know them."""
         self.everywhere: set[bytes] = set()
         """Items every node knows."""
+        self.payload: dict[bytes, bytes] = {}
+        """Item bytes, for nodes that keep none of their own (relay-only nodes answering a
+        ``getdata``, ``network.relay = "node"``): one copy for the whole network."""
 
     def knows(self, node: int, key: bytes) -> bool:
         """True if ``node`` knows ``key``."""

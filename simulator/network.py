@@ -144,6 +144,27 @@ class Network:
         self._upload_free[src] = done
         return done + link.latency_ms + self.processing_ms
 
+    def transmit(self, src: int, dst: int, size: int, count: int, now_ms: float) -> float:
+        """When ``count`` messages of ``size`` bytes in all, sent together now from ``src`` to
+        neighbour ``dst``, are processed there (``network.relay = "node"``).
+
+        The uplink sends them back to back (FIFO with everything else ``src`` sends), so they
+        land together once the last byte is in; otherwise as :meth:`arrival_ms`.
+        """
+        self.messages += count
+        self.bytes_sent += size
+        latency = self._latency[src][dst]
+        up, down = self.upload[src], self.download[dst]
+        rate = up if up < down else down
+        if rate == math.inf:
+            return now_ms + latency + self.processing_ms
+        start = self._upload_free[src]
+        if start < now_ms:
+            start = now_ms
+        done = start + size * 8 / rate
+        self._upload_free[src] = done
+        return done + latency + self.processing_ms
+
     def fan_out(
         self,
         src: int,

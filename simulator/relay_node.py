@@ -12,7 +12,12 @@ What a relay-only node does:
 - a block is decoded (the shared decode cache) and accepted once all its links are accepted here;
   until then it waits (as in the core's orphan pool), and is released when its last missing
   parent is accepted; each accepted block is pushed to the neighbours, as ``SimNode`` does;
-- a tx is pushed on at once, and the txs of an accepted block are marked known.
+- a tx is passed on at once, and the txs of an accepted block are marked known;
+- with ``network.relay = "node"`` it relays through the node's own relay (:class:`node.relay.Relay`
+  in a :class:`simulator.sim_node.RelayPort`): accepted blocks are pushed to ``relay_push`` peers
+  and announced to the rest, txs announced in 250 ms ``inv`` batches, ``getdata`` answered from
+  what it accepted, and a waiting block's missing link is asked of its supplier; with
+  ``"push-all"`` it pushes each item to every neighbour, as before.
 
 What it does not do: check any rule (PoW, links, punctuality, signatures, ledger) or keep a
 mempool. In an honest run every mined block is valid, so block propagation is the same as with
@@ -27,8 +32,9 @@ from typing import final
 from dagchain.caches import DecodeCache
 from dagchain.errors import EncodingError
 from dagchain.types import BlockId, TxId
+from node import wire
 from simulator.knowledge import Knowledge, node_ids
-from simulator.sim_node import Hub
+from simulator.sim_node import Hub, RelayPort
 
 
 @final
@@ -38,6 +44,7 @@ class RelayNode:
     __slots__ = (
         "_accepted",
         "_genesis",
+        "_port",
         "_waiting",
         "decoder",
         "hub",
@@ -72,6 +79,50 @@ class RelayNode:
         self.rejected_blocks = 0
         self.rejected_txs = 0
         self.orphaned = 0
+        self._port: RelayPort | None = None
+
+    # ------------------------------------------------------------------ relay (network.relay)
+    @property
+    def port(self) -> RelayPort:
+        """This node's relay (made on first use: push-all runs never make one)."""
+        port = self._port
+        if port is None:
+            port = self._port = RelayPort(self, self.hub)
+        return port
+
+    def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
+        """Relay messages from neighbour ``src``."""
+        self.port.on_frames(src, msgs)
+
+    def relay_block(self, block_id: BlockId, raw: bytes) -> None:
+        """Hub: relay an accepted block the node's way (P11)."""
+        self.known_blocks.payload[block_id] = raw
+        self.port.on_block_accepted(block_id, raw)
+
+    def relay_tx(self, txid: TxId, raw: bytes, exclude: int) -> None:
+        """Hub: announce a tx the node's way (P11)."""
+        self.known_txs.payload[txid] = raw
+        self.port.on_tx_accepted(txid, exclude)
+
+    def has_block(self, block_id: bytes) -> bool:
+        """Relay inventory: a block accepted here."""
+        return self._accepted.knows(self.index, block_id)
+
+    def has_tx(self, txid: bytes) -> bool:
+        """Relay inventory: a tx this node has seen (it keeps no pool)."""
+        return self.known_txs.knows(self.index, txid)
+
+    def get_block_raw(self, block_id: bytes) -> bytes | None:
+        """Relay inventory: an accepted block's bytes."""
+        if not self._accepted.knows(self.index, block_id):
+            return None
+        return self.known_blocks.payload.get(block_id)
+
+    def get_tx_raw(self, txid: bytes) -> bytes | None:
+        """Relay inventory: a seen tx's bytes."""
+        if not self.known_txs.knows(self.index, txid):
+            return None
+        return self.known_txs.payload.get(txid)
 
     def _missing(self, raw: bytes) -> BlockId | None:
         """The first link of the block not accepted here (None: all are)."""
@@ -101,6 +152,8 @@ class RelayNode:
         if missing is not None:
             self.orphaned += 1
             self._waiting.setdefault(missing, []).append((block_id, raw, src))
+            if self._port is not None:
+                self._port.on_orphan(src, (missing,))  # P13: ask the supplier
             return
         self._accepted.learn(self.index, block_id)
         if block_id not in self._waiting:  # nothing waited for it: the common case

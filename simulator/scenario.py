@@ -38,6 +38,9 @@ class NetworkConfig(_Table):
     """Per-hop processing delay (SimBlock uses 2 ms)."""
     full_nodes: int = Field(default=0, ge=0)
     """Nodes 0..full_nodes-1 run the full core, the others relay only (0 = every node full)."""
+    relay: Literal["node", "push-all"] = "node"
+    """``node``: every node runs node/relay.py (P11 push/inv, 250 ms tx inv batches, getdata);
+    ``push-all``: every item pushed to every neighbour (the model before issue 16)."""
 
     @field_validator("delay")
     @classmethod

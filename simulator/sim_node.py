@@ -5,25 +5,43 @@ procedure (``Chain.on_block``) and mempool admission (``Chain.check_transaction`
 ``Mempool.add``): every rule, signatures included, runs on every node. Expected verdicts
 (invalid, orphan, not yet valid) are caught here, at the delivery boundary, and counted.
 
-Relay policy: a node pushes each block it accepts (and each tx it admits) to all neighbours but
-the sender. ``Hub.send_*`` suppresses a push to a neighbour that already holds the item or has it
-in flight to arrive sooner, as an inventory/getdata exchange would (the announcement's bytes are
-not modelled). ``node.gossip``/``node.sync`` do not exist yet; when they land, this class should
-drive them instead of this push policy.
+Relay policy (``network.relay``): with ``"node"`` (the default) each node runs the node's own
+relay, :class:`node.relay.Relay` (PROTOCOL.md P11/P13: block push to ``relay_push`` peers and
+``inv`` to the rest, txs announced by ``inv`` in 250 ms batches, ``getdata`` from one announcer at
+a time, orphan parents asked of the supplier), through a :class:`RelayPort`, the simulator's shell
+around it: it carries the relay's :mod:`node.wire` messages over the simulated network, sized as
+their real encoded frames, and runs its 250 ms timer. With ``"push-all"`` (the older model) a
+node pushes each block and tx it accepts to every neighbour but the sender, and ``Hub.send_*``
+suppresses a push to a neighbour that holds the item or has a copy in flight that lands sooner.
 """
 
+import math
+from collections.abc import Sequence
 from typing import Protocol, final
 
 from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
+from dagchain.crypto import hash32
 from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid
 from dagchain.mempool import Mempool, MempoolError
 from dagchain.params import ConsensusParams
 from dagchain.pool_policy import follow_reorg
 from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
+from node import gossip, wire
+from node.relay import Inventory, Relay, RelaySettings, Send
+from simulator.engine import Engine
 from simulator.knowledge import Knowledge, node_ids
+from simulator.network import Network
+from simulator.rng import RngStreams
 from simulator.store import SimStore
+
+
+class FrameReceiver(Protocol):
+    """A node that takes the relay's messages from a neighbour."""
+
+    def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
+        """Messages sent together by ``src`` arrive."""
 
 
 class Hub(Protocol):
@@ -31,6 +49,12 @@ class Hub(Protocol):
 
     known_blocks: Knowledge
     known_txs: Knowledge
+    engine: Engine
+    network: Network
+    streams: RngStreams
+
+    @property
+    def nodes(self) -> Sequence[FrameReceiver]: ...
 
     @property
     def now_ms(self) -> float: ...
@@ -61,6 +85,7 @@ class SimNode:
     """One simulated full node (index ``index``)."""
 
     __slots__ = (
+        "_port",
         "chain",
         "decoder",
         "hub",
@@ -110,6 +135,46 @@ class SimNode:
         self.orphaned = 0
         self.readded_txs = 0
         """Txs of undone level sets that went back into the pool (§7.5, v2)."""
+        self._port: RelayPort | None = None
+
+    # ------------------------------------------------------------------ relay (network.relay)
+    @property
+    def port(self) -> "RelayPort":
+        """This node's relay (made on first use: push-all runs never make one)."""
+        port = self._port
+        if port is None:
+            port = self._port = RelayPort(self, self.hub)
+        return port
+
+    def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
+        """Relay messages from neighbour ``src``."""
+        self.port.on_frames(src, msgs)
+
+    def relay_block(self, block_id: BlockId, raw: bytes) -> None:
+        """Hub: relay an accepted block the node's way (P11)."""
+        self.port.on_block_accepted(block_id, raw)
+
+    def relay_tx(self, txid: TxId, raw: bytes, exclude: int) -> None:
+        """Hub: announce an admitted tx the node's way (P11; the pool holds its bytes)."""
+        self.port.on_tx_accepted(txid, exclude)
+
+    def has_block(self, block_id: bytes) -> bool:
+        """Relay inventory: an accepted block."""
+        return self.chain.has_block(block_id)
+
+    def has_tx(self, txid: bytes) -> bool:
+        """Relay inventory: a pool tx (only pool txs are relayed, §11.3)."""
+        return txid in self.mempool
+
+    def get_block_raw(self, block_id: bytes) -> bytes | None:
+        """Relay inventory: an accepted block's bytes."""
+        block = self.chain.get_block(block_id)
+        return None if block is None else block.raw
+
+    def get_tx_raw(self, txid: bytes) -> bytes | None:
+        """Relay inventory: a pool tx's bytes."""
+        entry = self.mempool.get(txid)
+        return None if entry is None else entry.tx.raw
 
     def now(self) -> int:
         """The engine clock as the integer ms the core takes."""
@@ -132,6 +197,8 @@ class SimNode:
             return
         if outcome.status is BlockStatus.ORPHAN:
             self.orphaned += 1
+            if self._port is not None and outcome.missing:
+                self._port.on_orphan(src, outcome.missing)  # P13: ask the supplier
             return
         if outcome.status is BlockStatus.ACCEPTED:
             self._after_accept(outcome, src)
@@ -171,4 +238,175 @@ class SimNode:
         self.hub.send_tx(self.index, txid, raw, src)
 
 
-__all__ = ["Hub", "NodeRef", "SimNode"]
+# ---------------------------------------------------------------------------- the node's relay
+SIM_RELAY = RelaySettings(forget_relayed=True)
+"""The protocol's numbers; ``forget_relayed`` keeps thousands of links' inventories small."""
+TICK_MS = 250.0
+"""The relay's maintenance timer (node/peers.py ``MAINTENANCE_S``)."""
+_KEYS: list[str] = []
+_SIZES: dict[tuple[str, int], int] = {}
+
+
+def peer_key(index: int) -> str:
+    """A node's key in its neighbours' relays: its index as a string (one shared object)."""
+    while len(_KEYS) <= index:
+        _KEYS.append(str(len(_KEYS)))
+    return _KEYS[index]
+
+
+def frame_size(msg: wire.Message) -> int:
+    """Bytes on the link: the message's real frame (``wire.encode_message``) plus its
+    WebSocket header (2, 4 or 10 bytes). A frame's length depends only on its type and its
+    item count (ids are 32 bytes, kinds one byte) or payload length, so each shape is encoded
+    once."""
+    if isinstance(msg, wire.BlockMsg | wire.TxMsg):
+        shape = (msg.TYPE, len(msg.data))
+    elif isinstance(msg, wire.Inv | wire.GetData | wire.NotFound):
+        shape = (msg.TYPE, len(msg.items))
+    else:
+        return _framed(len(wire.encode_message(msg)))
+    size = _SIZES.get(shape)
+    if size is None:
+        size = _SIZES[shape] = _framed(len(wire.encode_message(msg)))
+    return size
+
+
+def _framed(length: int) -> int:
+    return length + (2 if length < 126 else 4 if length < 65_536 else 10)
+
+
+class RelayOwner(Inventory, Protocol):
+    """The node a port serves: its inventory, and where received blocks and txs go."""
+
+    @property
+    def index(self) -> int: ...
+
+    def on_deliver_block(self, block_id: BlockId, raw: bytes, src: int) -> None: ...
+
+    def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None: ...
+
+
+@final
+class RelayPort:
+    """The simulator's shell around one node's :class:`node.relay.Relay`.
+
+    What ``node/peers.py`` does around the relay, minus sockets: dispatch each message to the
+    relay, hand blocks and txs to the node, send what the relay returns (the messages for one
+    neighbour from one step travel together: one event, the sum of their frame sizes on the
+    uplink), and run the 250 ms maintenance timer (at a per-node phase) while the relay has work.
+    Every neighbour is a ready peer from the start.
+    """
+
+    __slots__ = ("_armed", "_index", "_phase", "engine", "hub", "network", "owner", "relay")
+
+    def __init__(self, owner: RelayOwner, hub: Hub) -> None:
+        self.owner = owner
+        self.hub = hub
+        self.engine = hub.engine
+        self.network = hub.network
+        self._index = index = owner.index
+        rng = hub.streams.stream(f"relay:{index}")
+        self.relay = Relay(owner, rng, SIM_RELAY)
+        for link in hub.network.neighbours[index]:
+            self.relay.add_peer(peer_key(link.peer))
+        self._phase = rng.random() * TICK_MS
+        self._armed = False
+
+    def now(self) -> int:
+        """The relay's clock: the core's integer ms."""
+        return int(self.hub.now_ms)
+
+    def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
+        """Messages from neighbour ``src`` arrive (node/peers.py ``_on_<type>``)."""
+        relay, owner, key, now = self.relay, self.owner, peer_key(src), self.now()
+        out: list[Send] = []
+        for msg in msgs:
+            kind = type(msg)
+            if kind is wire.Inv:
+                out += relay.on_inv(key, msg, now)  # type: ignore[arg-type]
+            elif kind is wire.TxMsg:
+                raw = msg.data  # type: ignore[attr-defined]
+                txid = TxId(hash32(raw))
+                out += relay.on_tx(key, txid, now).sends
+                owner.on_deliver_tx(txid, raw, src)
+            elif kind is wire.GetData:
+                out += relay.on_getdata(key, msg)  # type: ignore[arg-type]
+            elif kind is wire.BlockMsg:
+                raw = msg.data  # type: ignore[attr-defined]
+                block_id = gossip.block_frame_id(raw)
+                if block_id is None:
+                    continue
+                out += relay.on_block(key, block_id, now).sends
+                owner.on_deliver_block(BlockId(block_id), raw, src)
+            elif kind is wire.NotFound:
+                out += relay.on_notfound(key, msg, now).sends  # type: ignore[arg-type]
+        self.send(out)
+        self._arm()
+
+    def on_block_accepted(self, block_id: bytes, raw: bytes) -> None:
+        """The node accepted a block: P11 push and inv."""
+        self.send(self.relay.on_block_accepted(block_id, raw))
+
+    def on_tx_accepted(self, txid: bytes, exclude: int) -> None:
+        """The node admitted a tx: announce it with the next batch (not to ``exclude``)."""
+        self.relay.on_tx_accepted(txid, None if exclude < 0 else peer_key(exclude))
+        self._arm()
+
+    def on_orphan(self, src: int, missing: Sequence[bytes]) -> None:
+        """A block from ``src`` waits for ``missing``: ask ``src`` (P13)."""
+        if src != self._index:
+            self.send(self.relay.on_orphan(peer_key(src), missing, self.now()))
+            self._arm()
+
+    def send(self, sends: list[Send]) -> None:
+        """Carry the relay's messages, grouped by neighbour in first-send order."""
+        if not sends:
+            return
+        by_peer: dict[str, list[wire.Message]] = {}
+        for key, msg in sends:
+            found = by_peer.get(key)
+            if found is None:
+                by_peer[key] = [msg]
+            else:
+                found.append(msg)
+        nodes, network, engine, src = self.hub.nodes, self.network, self.engine, self._index
+        now = engine.now_ms
+        for key, msgs in by_peer.items():
+            dst = int(key)
+            size = 0
+            for msg in msgs:
+                size += frame_size(msg)
+            at = network.transmit(src, dst, size, len(msgs), now)
+            engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
+
+    def _arm(self) -> None:
+        if self._armed or not self.relay.busy:
+            return
+        self._armed = True
+        phase = self._phase
+        # the next point of this node's 250 ms grid strictly after now
+        now = self.engine.now_ms
+        at = phase + (math.floor((now - phase) / TICK_MS) + 1) * TICK_MS
+        if at <= now:  # rounding: now was itself a grid point
+            at += TICK_MS
+        self.engine.schedule_at(at, self._tick)
+
+    def _tick(self) -> None:
+        self._armed = False
+        done = self.relay.tick(self.now())
+        if done.sends:
+            self.send(list(done.sends))
+        self._arm()
+
+
+__all__ = [
+    "SIM_RELAY",
+    "FrameReceiver",
+    "Hub",
+    "NodeRef",
+    "RelayOwner",
+    "RelayPort",
+    "SimNode",
+    "frame_size",
+    "peer_key",
+]

@@ -89,6 +89,8 @@ class Simulation:
                 for i in range(full, scenario.nodes)
             ),
         ]
+        self._node_relay = net.relay == "node"
+        """``network.relay``: the nodes run node/relay.py (else every item is pushed to all)."""
         self._mined_ms = scenario.duration_s * 1000.0
         """Simulated ms of mining (less than ``duration_s`` once a network attack is done)."""
         self._inflight_blocks: dict[bytes, dict[int, float]] = {}
@@ -174,6 +176,9 @@ class Simulation:
         record = self.recorder.blocks.get(block_id)
         if record is not None:
             record.sent_ms = self.engine.now_ms
+        if self._node_relay:
+            self.nodes[self.attacker.index].relay_block(block_id, raw)
+            return
         self._send(
             self.attacker.index,
             block_id,
@@ -199,9 +204,15 @@ class Simulation:
                     return
             elif not attacker.relay(block_id):
                 return
+        if self._node_relay:
+            self.nodes[src].relay_block(block_id, raw)
+            return
         self._send(src, block_id, raw, exclude, self.known_blocks, self._inflight_blocks, True)
 
     def send_tx(self, src: int, txid: TxId, raw: bytes, exclude: int) -> None:
+        if self._node_relay:
+            self.nodes[src].relay_tx(txid, raw, exclude)
+            return
         self._send(src, txid, raw, exclude, self.known_txs, self._inflight_txs, False)
 
     def _send(

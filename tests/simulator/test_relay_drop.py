@@ -15,6 +15,7 @@ from simulator.scenario import load_scenario
 from simulator.simulation import WALL_FIELDS, Simulation
 
 SETS = [
+    'network.relay="push-all"',  # the push model's own properties (issue 16 kept it)
     "miners.count=4",
     'network.delay="uniform:0.02:0.4"',
     "network.bandwidth_mbps=1",

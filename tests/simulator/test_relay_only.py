@@ -14,6 +14,7 @@ from simulator.sim_node import NodeRef, SimNode
 from simulator.simulation import WALL_FIELDS, Simulation
 
 SETS = [
+    'network.relay="push-all"',  # the push model's own properties (issue 16 kept it)
     "miners.count=4",
     'network.delay="uniform:0.05:0.5"',
     "network.bandwidth_mbps=2",

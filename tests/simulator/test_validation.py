@@ -101,6 +101,7 @@ def test_nakamoto_stale_rate_on_a_full_mesh_with_fixed_delay() -> None:
         None,
         [
             f'network.delay="fixed:{tau}"',
+            'network.relay="push-all"',  # one hop of tau per block, as the formula assumes
             "network.processing_ms=0",
             f"network.degree={n - 1}",
             f"miners.count={n}",
