@@ -40,7 +40,7 @@ class NetworkConfig(_Table):
     """Nodes 0..full_nodes-1 run the full core, the others relay only (0 = every node full)."""
     relay: Literal["node", "push-all"] = "node"
     """``node``: every node runs node/relay.py (P11 push/inv, 250 ms tx inv batches, getdata);
-    ``push-all``: every item pushed to every neighbour (the model before issue 16)."""
+    ``push-all``: every item pushed to every neighbour (the simulator's earlier model)."""
 
     @field_validator("delay")
     @classmethod

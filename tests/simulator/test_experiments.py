@@ -1,4 +1,4 @@
-"""Every file under experiments/ still loads and runs: one tiny point of each (issue 8).
+"""Every file under experiments/ still loads and runs: one tiny point of each.
 
 Scenario files go through ``dagchain-sim run`` with a few nodes and a few simulated seconds;
 sweep files (those with a ``[grid]``) go through ``load_sweep`` and ``run_point`` for every grid
