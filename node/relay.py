@@ -96,18 +96,31 @@ class Tick:
     timed_out: tuple[str, ...] = ()
 
 
+_ABSENT = object()
+
+
 class _Known(gossip.KnownInventory):
-    """``KnownInventory`` that can also forget an item (``RelaySettings.forget_relayed``)."""
+    """``KnownInventory`` that can also forget items, and filter a batch in one pass."""
 
     def discard(self, item: bytes) -> None:
         self._ids.pop(item, None)
+
+    def unknown(self, pairs: list[tuple[bytes, tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
+        """The inventory pairs of ``pairs`` (id, pair) whose id is not known, in order."""
+        ids = self._ids
+        return [pair for item, pair in pairs if item not in ids]
+
+    def take_unknown(self, pairs: list[tuple[bytes, tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
+        """As :meth:`unknown`, and forget the known ones (``forget_relayed``)."""
+        pop = self._ids.pop
+        return [pair for item, pair in pairs if pop(item, _ABSENT) is _ABSENT]
 
 
 @dataclass(slots=True)
 class PeerRelay:
     """Relay state of one ready peer."""
 
-    known: gossip.KnownInventory
+    known: "_Known"
     backlog: list[tuple[int, bytes]] = field(default_factory=list)
     """Items to getdata once fewer than two getdata are outstanding."""
     getdata_sets: list[set[bytes]] = field(default_factory=list)
@@ -157,9 +170,7 @@ class Relay:
         if self._forget:
             self.peers[key] = PeerRelay(_Known(size))
         else:
-            self.peers[key] = PeerRelay(
-                gossip.KnownInventory(size), announced=gossip.AnnouncedTxs(size)
-            )
+            self.peers[key] = PeerRelay(_Known(size), announced=gossip.AnnouncedTxs(size))
 
     def remove_peer(self, key: str, now_ms: int) -> list[Send]:
         """``key`` left: ask the next announcer for what we were fetching from it."""
@@ -399,28 +410,52 @@ class Relay:
         return self._last_flush_ms + self.settings.tx_inv_interval_ms
 
     def flush_txs(self, now_ms: int) -> list[Send]:
-        """P11: one ``inv`` per peer (of up to 1,000 ids each) with the queued txs it lacks."""
-        peers = self.peers
+        """P11: one ``inv`` per peer (of up to 1,000 ids each) with the queued txs it lacks.
+
+        The plan of ``gossip.plan_tx_announcements`` (per peer, the batch's txids it is not
+        known to have, never its own; peers in the order of the first txid they get), taken
+        one peer at a time with one filtering pass over its known inventory.
+        """
         batch = self.tx_announcer.flush(now_ms)
         self._last_flush_ms = now_ms
-        per_peer = gossip.plan_tx_announcements(
-            batch, list(peers), {k: p.known for k, p in peers.items()}
-        )
+        self._queued.clear()
+        if not batch:
+            return []
+        pairs = [(txid, (TX, txid)) for txid, _ in batch]
+        own: dict[str, set[bytes]] = {}
+        for txid, sender in batch:
+            if sender is not None:
+                found = own.get(sender)
+                if found is None:
+                    own[sender] = {txid}
+                else:
+                    found.add(txid)
+        forget = self._forget
+        planned: list[tuple[int, str, PeerRelay, list[tuple[int, bytes]]]] = []
+        first = {txid: i for i, (txid, _) in enumerate(batch)} if len(batch) > 1 else None
+        for key, peer in self.peers.items():
+            items = peer.known.take_unknown(pairs) if forget else peer.known.unknown(pairs)
+            mine = own.get(key)
+            if mine is not None and items:
+                items = [pair for pair in items if pair[1] not in mine]
+            if items:
+                planned.append((0 if first is None else first[items[0][1]], key, peer, items))
+        if first is not None:
+            planned.sort(key=_first_index)
         cap = self.settings.max_inv_items
         sends: list[Send] = []
-        forget = self._forget
-        for key, txids in per_peer.items():
-            announced = peers[key].announced
-            for start in range(0, len(txids), cap):
-                chunk = txids[start : start + cap]
-                if announced is not None:
-                    for txid in chunk:
-                        announced.add(txid, now_ms)
-                sends.append((key, wire.Inv(tuple((TX, t) for t in chunk))))
-        self._queued.clear()
-        if forget:
-            for txid, _ in batch:
-                self._discard(txid)
+        for _, key, peer, items in planned:
+            announced = peer.announced
+            if announced is not None:
+                for _, txid in items:
+                    announced.add(txid, now_ms)
+            if len(items) <= cap:
+                sends.append((key, wire.Inv(tuple(items))))
+            else:
+                sends.extend(
+                    (key, wire.Inv(tuple(items[start : start + cap])))
+                    for start in range(0, len(items), cap)
+                )
         return sends
 
     def announce_pool(self, key: str, txids: Sequence[bytes], now_ms: int) -> list[Send]:
@@ -501,6 +536,10 @@ class Relay:
         if len(self.tx_announcer) or len(self.fetcher):
             return True
         return any(p.deadline_ms is not None for p in self.peers.values())
+
+
+def _first_index(plan: tuple[int, str, PeerRelay, list[tuple[int, bytes]]]) -> int:
+    return plan[0]
 
 
 __all__ = [

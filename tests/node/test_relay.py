@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from node import wire
+from node import gossip, wire
 from node.relay import Relay, RelaySettings, Send
 
 BLOCK = int(wire.InvKind.BLOCK)
@@ -109,6 +109,32 @@ def test_txs_are_batched_every_250_ms_into_one_inv_per_peer(forget: bool) -> Non
     }
     assert relay.next_flush_ms() is None
     assert relay.tick(600).sends == ()
+
+
+@pytest.mark.parametrize("forget", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_tx_flush_is_the_plain_plan_of_gossip(forget: bool, seed: int) -> None:
+    """The per-peer fast path of ``flush_txs`` sends exactly ``gossip.plan_tx_announcements``
+    (same peers in the same order, same txids in batch order), and forgets what it relayed."""
+    rng = random.Random(seed)
+    relay, inv = _relay(7, forget_relayed=forget)
+    keys = list(relay.peers)
+    for n in range(40):  # peers announce some of the txs to come (they become known)
+        key = rng.choice(keys)
+        relay.on_inv(key, wire.Inv(((TX, _id(n)),)), 0)
+    batch: list[tuple[bytes, str | None]] = []
+    for n in rng.sample(range(60), 30):
+        sender = rng.choice([*keys, None])
+        inv.txs[_id(n)] = b"t"
+        relay.on_tx_accepted(_id(n), sender)
+        batch.append((_id(n), sender))
+    want = gossip.plan_tx_announcements(batch, keys, {k: p.known for k, p in relay.peers.items()})
+    sends = relay.flush_txs(250)
+    got = [(key, [i for _, i in msg.items]) for key, msg in sends if isinstance(msg, wire.Inv)]
+    assert got == list(want.items())
+    assert all(kind == TX for _, msg in sends if isinstance(msg, wire.Inv) for kind, _ in msg.items)
+    if forget:
+        assert not any(txid in p.known for p in relay.peers.values() for txid, _ in batch)
 
 
 def test_tx_inv_is_split_at_max_inv() -> None:
