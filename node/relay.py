@@ -80,6 +80,10 @@ class Arrival:
     sends: tuple[Send, ...] = ()
 
 
+_ASKED = Arrival(True)
+_UNASKED = Arrival(False)
+
+
 @dataclass(frozen=True, slots=True)
 class NotFoundResult:
     """A ``notfound`` taken in: whether any item was one we asked this peer for."""
@@ -101,6 +105,16 @@ _ABSENT = object()
 
 class _Known(gossip.KnownInventory):
     """``KnownInventory`` that can also forget items, and filter a batch in one pass."""
+
+    def add(self, item: bytes) -> None:
+        """As ``KnownInventory.add``, with one dict operation for an item already known."""
+        ids = self._ids
+        if item in ids:
+            ids.move_to_end(item)
+        else:
+            ids[item] = None
+            if len(ids) > self._size:
+                ids.popitem(last=False)
 
     def discard(self, item: bytes) -> None:
         self._ids.pop(item, None)
@@ -212,30 +226,31 @@ class Relay:
         peer = self.peers.get(key)
         if peer is None:
             return []
-        known, inv, fetcher = peer.known, self.inventory, self.fetcher
-        forget, queued = self._forget, self._queued
+        add, inv, fetcher = peer.known.add, self.inventory, self.fetcher
+        has_tx, forget, queued = inv.has_tx, self._forget, self._queued
         want: list[tuple[int, bytes]] = []
-        for kind, item in msg.items:
-            if kind == BLOCK:
-                if inv.has_block(item):
-                    if not forget:
-                        known.add(item)
-                    continue
-                known.add(item)
-                if synced and fetcher.on_announce(item, key, now_ms):
-                    want.append((kind, item))
-            elif kind == TX:
-                if inv.has_tx(item):
+        for pair in msg.items:
+            kind, item = pair
+            if kind == TX:  # the common kind first
+                if has_tx(item):
                     if not forget or item in queued:
-                        known.add(item)
+                        add(item)
                     continue
-                known.add(item)
+                add(item)
                 # as node/peers.py: a tx has one announcer (no fallback), so only blocks
                 # ever move to a next announcer
                 if item not in fetcher and fetcher.on_announce(item, key, now_ms):
-                    want.append((kind, item))
+                    want.append(pair)
+            elif kind == BLOCK:
+                if inv.has_block(item):
+                    if not forget:
+                        add(item)
+                    continue
+                add(item)
+                if synced and fetcher.on_announce(item, key, now_ms):
+                    want.append(pair)
             else:
-                known.add(item)
+                add(item)
         return self.request(key, want, now_ms) if want else []
 
     def request(self, key: str, items: Sequence[tuple[int, bytes]], now_ms: int) -> list[Send]:
@@ -331,15 +346,14 @@ class Relay:
 
     def _on_item(self, key: str, item: bytes, now_ms: int, is_block: bool) -> Arrival:
         peer = self.peers.get(key)
-        sends: list[Send] = []
-        requested = False
-        if peer is not None:
-            self._remember(peer.known, item, is_block)
-            if item in peer.pending:
-                requested = True
-                sends = self._answered(key, peer, item, now_ms)
         self.fetcher.on_received(item)
-        return Arrival(requested, tuple(sends))
+        if peer is None:
+            return _UNASKED
+        self._remember(peer.known, item, is_block)
+        if item not in peer.pending:
+            return _UNASKED
+        sends = self._answered(key, peer, item, now_ms)
+        return Arrival(True, tuple(sends)) if sends else _ASKED
 
     def on_orphan(self, key: str, missing: Iterable[bytes], now_ms: int) -> list[Send]:
         """P13: the block ``key`` sent waits for these links: getdata them from ``key``."""
