@@ -244,31 +244,59 @@ SIM_RELAY = RelaySettings(forget_relayed=True)
 TICK_MS = 250.0
 """The relay's maintenance timer (node/peers.py ``MAINTENANCE_S``)."""
 _KEYS: list[str] = []
-_SIZES: dict[tuple[str, int], int] = {}
+_INDEX: dict[str, int] = {}
+"""Key -> node index (``peer_key`` in reverse, without parsing the string)."""
 
 
 def peer_key(index: int) -> str:
     """A node's key in its neighbours' relays: its index as a string (one shared object)."""
     while len(_KEYS) <= index:
-        _KEYS.append(str(len(_KEYS)))
+        key = str(len(_KEYS))
+        _INDEX[key] = len(_KEYS)
+        _KEYS.append(key)
     return _KEYS[index]
+
+
+def _base_length(cls: type[wire.Message], empty: wire.Message, header: int) -> int:
+    """Encoded length of ``cls``'s message minus its one counted field (``header`` bytes
+    of an empty array or bin), so that a message's length is this plus that field's."""
+    if type(empty) is not cls:  # pragma: no cover - a table typo
+        raise TypeError(cls)
+    return len(wire.encode_message(empty)) - header
+
+
+_ITEMS_BASE: dict[type[wire.Message], int] = {
+    cls: _base_length(cls, cls(()), 1) for cls in (wire.Inv, wire.GetData, wire.NotFound)
+}
+"""Inventory messages: [type, {"items": [[kind, id], ...]}] (msgpack)."""
+_DATA_BASE: dict[type[wire.Message], int] = {
+    cls: _base_length(cls, cls(b""), 2) for cls in (wire.BlockMsg, wire.TxMsg)
+}
+"""Payload messages: [type, {"data": bin}] (msgpack)."""
+_ITEM_BYTES = 36
+"""One [kind, 32-byte id] pair: fixarray, fixint kind, bin8 header (2), the id."""
 
 
 def frame_size(msg: wire.Message) -> int:
     """Bytes on the link: the message's real frame (``wire.encode_message``) plus its
-    WebSocket header (2, 4 or 10 bytes). A frame's length depends only on its type and its
-    item count (ids are 32 bytes, kinds one byte) or payload length, so each shape is encoded
-    once."""
-    if isinstance(msg, wire.BlockMsg | wire.TxMsg):
-        shape = (msg.TYPE, len(msg.data))
-    elif isinstance(msg, wire.Inv | wire.GetData | wire.NotFound):
-        shape = (msg.TYPE, len(msg.items))
+    WebSocket header (2, 4 or 10 bytes).
+
+    For inventory and payload messages, in closed form without encoding: msgpack puts an
+    array header of 1, 3 or 5 bytes before ``n`` items of 36 bytes (ids are 32 bytes, kinds
+    one byte), and a bin header of 2, 3 or 5 bytes before a payload.
+    """
+    cls = type(msg)
+    base = _ITEMS_BASE.get(cls)
+    if base is not None:
+        n = len(msg.items)  # type: ignore[attr-defined]
+        length = base + (1 if n < 16 else 3 if n < 65_536 else 5) + _ITEM_BYTES * n
     else:
-        return _framed(len(wire.encode_message(msg)))
-    size = _SIZES.get(shape)
-    if size is None:
-        size = _SIZES[shape] = _framed(len(wire.encode_message(msg)))
-    return size
+        base = _DATA_BASE.get(cls)
+        if base is None:
+            return _framed(len(wire.encode_message(msg)))
+        n = len(msg.data)  # type: ignore[attr-defined]
+        length = base + (2 if n < 256 else 3 if n < 65_536 else 5) + n
+    return length + (2 if length < 126 else 4 if length < 65_536 else 10)
 
 
 def _framed(length: int) -> int:
@@ -318,7 +346,7 @@ class RelayPort:
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
         """Messages from neighbour ``src`` arrive (node/peers.py ``_on_<type>``)."""
-        relay, owner, key, now = self.relay, self.owner, peer_key(src), self.now()
+        relay, owner, key, now = self.relay, self.owner, _KEYS[src], int(self.hub.now_ms)
         out: list[Send] = []
         for msg in msgs:
             kind = type(msg)
@@ -362,6 +390,14 @@ class RelayPort:
         """Carry the relay's messages, grouped by neighbour in first-send order."""
         if not sends:
             return
+        nodes, network, engine, src = self.hub.nodes, self.network, self.engine, self._index
+        now, index = engine.now_ms, _INDEX
+        if len(sends) == 1:
+            key, msg = sends[0]
+            dst = index[key]
+            at = network.transmit(src, dst, frame_size(msg), 1, now)
+            engine.schedule_at(at, nodes[dst].on_frames, src, (msg,))
+            return
         by_peer: dict[str, list[wire.Message]] = {}
         for key, msg in sends:
             found = by_peer.get(key)
@@ -369,13 +405,14 @@ class RelayPort:
                 by_peer[key] = [msg]
             else:
                 found.append(msg)
-        nodes, network, engine, src = self.hub.nodes, self.network, self.engine, self._index
-        now = engine.now_ms
         for key, msgs in by_peer.items():
-            dst = int(key)
-            size = 0
-            for msg in msgs:
-                size += frame_size(msg)
+            dst = index[key]
+            if len(msgs) == 1:
+                size = frame_size(msgs[0])
+            else:
+                size = 0
+                for msg in msgs:
+                    size += frame_size(msg)
             at = network.transmit(src, dst, size, len(msgs), now)
             engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
 

@@ -124,6 +124,13 @@ def test_link_bytes_are_the_real_frame_sizes() -> None:
         wire.NotFound(tuple((2, bytes([n]) * 32) for n in range(200))),
         wire.TxMsg(bytes(250)),
         wire.BlockMsg(bytes(70_000)),
+        # the closed form's edges: array headers of 1/3 bytes, bin headers of 2/3/5 bytes,
+        # WebSocket headers of 2/4/10 bytes
+        *(wire.Inv(tuple((1, bytes(32)) for _ in range(n))) for n in (0, 1, 2, 15, 16, 1000)),
+        *(wire.GetData(tuple((2, bytes(32)) for _ in range(n))) for n in (0, 3, 15, 16, 500)),
+        *(wire.TxMsg(bytes(n)) for n in (0, 1, 100, 255, 256, 65_535, 65_536)),
+        *(wire.BlockMsg(bytes(n)) for n in (0, 110, 120, 255, 256, 65_520, 65_536, 262_144)),
+        wire.Ping(7),  # any other message is encoded
     ]
     for msg in msgs:
         frame = len(wire.encode_message(msg))
