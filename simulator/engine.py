@@ -65,21 +65,19 @@ class Engine:
         if time_ms < self.now_ms:
             raise ValueError(f"cannot schedule at {time_ms} ms, now is {self.now_ms} ms")
         seq = self._seq
-        self._seq += 1
-        self._push((time_ms, seq, callback, args))
-        return seq
-
-    def _push(self, event: Event) -> None:
-        bucket = math.floor(event[0] / BUCKET_MS)
+        self._seq = seq + 1
+        event = (time_ms, seq, callback, args)
+        bucket = math.floor(time_ms / BUCKET_MS)
         if bucket <= self._open_bucket:
             heapq.heappush(self._open, event)
-            return
+            return seq
         waiting = self._buckets.get(bucket)
         if waiting is None:
             self._buckets[bucket] = [event]
             heapq.heappush(self._bucket_heap, bucket)
         else:
             waiting.append(event)
+        return seq
 
     def _advance(self) -> bool:
         """Open the next bucket once the open heap is empty; False if no event is left."""
