@@ -110,7 +110,9 @@ class RelayNode:
 
     def has_tx(self, txid: bytes) -> bool:
         """Relay inventory: a tx this node has seen (it keeps no pool)."""
-        return self.known_txs.knows(self.index, txid)
+        known = self.known_txs
+        found = known.holders.get(txid)  # known.knows(self.index, txid), inlined
+        return txid in known.everywhere if found is None else self.index in found
 
     def get_block_raw(self, block_id: bytes) -> bytes | None:
         """Relay inventory: an accepted block's bytes."""
