@@ -549,7 +549,10 @@ class Relay:
         """True while a timer has work: txs queued, items being fetched, getdata outstanding."""
         if len(self.tx_announcer) or len(self.fetcher):
             return True
-        return any(p.deadline_ms is not None for p in self.peers.values())
+        for peer in self.peers.values():  # noqa: SIM110 - no generator per call (hot path)
+            if peer.deadline_ms is not None:
+                return True
+        return False
 
 
 def _first_index(plan: tuple[int, str, PeerRelay, list[tuple[int, bytes]]]) -> int:
