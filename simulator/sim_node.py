@@ -244,6 +244,10 @@ SIM_RELAY = RelaySettings(forget_relayed=True)
 TICK_MS = 250.0
 """The relay's maintenance timer (node/peers.py ``MAINTENANCE_S``)."""
 _KEYS: list[str] = []
+_TXIDS: dict[bytes, TxId] = {}
+"""A tx's bytes -> its id: every node gets the same bytes object, whose hash Python caches,
+so a lookup is cheaper than hashing it again (bounded: cleared when full)."""
+_TXIDS_MAX = 1 << 16
 _INDEX: dict[str, int] = {}
 """Key -> node index (``peer_key`` in reverse, without parsing the string)."""
 
@@ -354,7 +358,11 @@ class RelayPort:
                 out += relay.on_inv(key, msg, now)  # type: ignore[arg-type]
             elif kind is wire.TxMsg:
                 raw = msg.data  # type: ignore[attr-defined]
-                txid = TxId(hash32(raw))
+                txid = _TXIDS.get(raw)
+                if txid is None:
+                    if len(_TXIDS) >= _TXIDS_MAX:
+                        _TXIDS.clear()
+                    txid = _TXIDS[raw] = TxId(hash32(raw))
                 out += relay.on_tx(key, txid, now).sends
                 owner.on_deliver_tx(txid, raw, src)
             elif kind is wire.GetData:
@@ -368,8 +376,10 @@ class RelayPort:
                 owner.on_deliver_block(BlockId(block_id), raw, src)
             elif kind is wire.NotFound:
                 out += relay.on_notfound(key, msg, now).sends  # type: ignore[arg-type]
-        self.send(out)
-        self._arm()
+        if out:
+            self.send(out)
+        if not self._armed:
+            self._arm()
 
     def on_block_accepted(self, block_id: bytes, raw: bytes) -> None:
         """The node accepted a block: P11 push and inv."""
@@ -378,7 +388,8 @@ class RelayPort:
     def on_tx_accepted(self, txid: bytes, exclude: int) -> None:
         """The node admitted a tx: announce it with the next batch (not to ``exclude``)."""
         self.relay.on_tx_accepted(txid, None if exclude < 0 else peer_key(exclude))
-        self._arm()
+        if not self._armed:
+            self._arm()
 
     def on_orphan(self, src: int, missing: Sequence[bytes]) -> None:
         """A block from ``src`` waits for ``missing``: ask ``src`` (P13)."""
@@ -386,7 +397,7 @@ class RelayPort:
             self.send(self.relay.on_orphan(peer_key(src), missing, self.now()))
             self._arm()
 
-    def send(self, sends: list[Send]) -> None:
+    def send(self, sends: Sequence[Send]) -> None:
         """Carry the relay's messages, grouped by neighbour in first-send order."""
         if not sends:
             return
@@ -432,7 +443,7 @@ class RelayPort:
         self._armed = False
         done = self.relay.tick(self.now())
         if done.sends:
-            self.send(list(done.sends))
+            self.send(done.sends)
         self._arm()
 
 
