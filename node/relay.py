@@ -16,6 +16,7 @@ serving-side limit of two answered getdata in the send queue, and every core dec
 """
 
 import random
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -105,6 +106,11 @@ _ABSENT = object()
 
 class _Known(gossip.KnownInventory):
     """``KnownInventory`` that can also forget items, and filter a batch in one pass."""
+
+    @property
+    def ids(self) -> "OrderedDict[bytes, None]":
+        """The LRU itself, for the relay's inlined ``add`` (oldest first)."""
+        return self._ids
 
     def add(self, item: bytes) -> None:
         """As ``KnownInventory.add``, with one dict operation for an item already known."""
@@ -226,8 +232,10 @@ class Relay:
         peer = self.peers.get(key)
         if peer is None:
             return []
-        add, inv, fetcher = peer.known.add, self.inventory, self.fetcher
+        known = peer.known
+        add, inv, fetcher = known.add, self.inventory, self.fetcher
         has_tx, forget, queued = inv.has_tx, self._forget, self._queued
+        ids, size = known.ids, self.settings.known_inventory_size
         want: list[tuple[int, bytes]] = []
         for pair in msg.items:
             kind, item = pair
@@ -236,7 +244,12 @@ class Relay:
                     if not forget or item in queued:
                         add(item)
                     continue
-                add(item)
+                if item in ids:  # add(item), inlined: most items of an inv are new here
+                    ids.move_to_end(item)
+                else:
+                    ids[item] = None
+                    if len(ids) > size:
+                        ids.popitem(last=False)
                 # as node/peers.py: a tx has one announcer (no fallback), so only blocks
                 # ever move to a next announcer
                 if item not in fetcher and fetcher.on_announce(item, key, now_ms):
