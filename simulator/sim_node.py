@@ -409,6 +409,13 @@ class RelayPort:
             at = network.transmit(src, dst, frame_size(msg), 1, now)
             engine.schedule_at(at, nodes[dst].on_frames, src, (msg,))
             return
+        if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (tx invs)
+            transmit, schedule = network.transmit, engine.schedule_at
+            for key, msg in sends:
+                dst = index[key]
+                at = transmit(src, dst, frame_size(msg), 1, now)
+                schedule(at, nodes[dst].on_frames, src, (msg,))
+            return
         by_peer: dict[str, list[wire.Message]] = {}
         for key, msg in sends:
             found = by_peer.get(key)
