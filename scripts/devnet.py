@@ -289,6 +289,25 @@ class Sample:
     confirmed: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
 
 
+def confirmed_rate(
+    window: deque[tuple[float, float]], now: float, confirmed: float
+) -> float | None:
+    """Confirmed tx/s over about the last TPS_WINDOW_S seconds, from counter samples.
+
+    Appends (now, confirmed) and keeps the newest sample at least TPS_WINDOW_S old as the base,
+    so the rate exists whatever the polling interval (with ``--interval`` 10 or more, dropping
+    every sample older than the window left nothing to compare with). None until two samples
+    are at least 1 s apart.
+    """
+    window.append((now, confirmed))
+    while len(window) > 2 and now - window[1][0] >= TPS_WINDOW_S:
+        window.popleft()
+    first_t, first_n = window[0]
+    if now - first_t < 1.0:
+        return None
+    return (confirmed - first_n) / (now - first_t)
+
+
 def _metric(text: str, name: str) -> float | None:
     for line in text.splitlines():
         if line.startswith((name + " ", name + "{")):
@@ -484,12 +503,9 @@ class Devnet:
             except (ApiError, ValueError, KeyError, TypeError):
                 continue
             if confirmed is not None:
-                sample.confirmed.append((now, confirmed))
-                while sample.confirmed and now - sample.confirmed[0][0] > TPS_WINDOW_S:
-                    sample.confirmed.popleft()
-                first_t, first_n = sample.confirmed[0]
-                if now - first_t >= 1.0:
-                    sample.tps = (confirmed - first_n) / (now - first_t)
+                rate = confirmed_rate(sample.confirmed, now, confirmed)
+                if rate is not None:
+                    sample.tps = rate
         rates: dict[int, float] = {}
         for index, miner in self.miners:
             rate = _last_hashrate(miner.log_path)
