@@ -11,13 +11,13 @@ whether the block is a milestone, so the milestone probability p is exact.
 """
 
 import random
-from typing import Protocol, final
+from typing import Protocol
 
 from dagchain.blocks import Block
 from dagchain.crypto import address_from_pubkey, xonly_pubkey
 from dagchain.transactions import Transaction
 from miner.search import search_nonce
-from miner.template import build_template, registration_tx
+from miner.template import BlockTemplate, build_template, registration_tx
 from simulator.engine import Engine
 from simulator.sim_node import SimNode
 
@@ -42,7 +42,6 @@ def registration_for(index: int) -> Transaction:
     return registration_tx(address_from_pubkey(xonly_pubkey(miner_secret(index))))
 
 
-@final
 class Miner:
     """The mining process of one node, with ``share`` of the network's virtual hash rate."""
 
@@ -94,12 +93,22 @@ class Miner:
             self.engine.cancel(self._handle)
             self._schedule()
 
+    def _template(self) -> BlockTemplate | None:
+        """The honest §3.4 template of this node's peer chain (a subclass may choose another)."""
+        node = self.node
+        return build_template(
+            node.chain, node.mempool, node.now(), root=node.root, registration=self.registration
+        )
+
+    def _mined(self, block: Block) -> None:
+        """After our own block is accepted: the first one becomes the node's root."""
+        if self.node.root is None:
+            self.node.root = block.id
+
     def _solve(self) -> None:
         self._handle = None
         node = self.node
-        template = build_template(
-            node.chain, node.mempool, node.now(), root=node.root, registration=self.registration
-        )
+        template = self._template()
         if template is not None:
             start = self.rng.getrandbits(NONCE_BITS)
             nonce = search_nonce(template.prefix, template.target, start, SEARCH_COUNT)
@@ -112,8 +121,7 @@ class Miner:
             if meta is None:  # our own honest block must be accepted
                 raise RuntimeError(f"node {node.index} did not accept its own block")
             self.sink.on_mined(node.index, block, self.engine.now_ms, meta.is_milestone)
-            if node.root is None:
-                node.root = block.id
+            self._mined(block)
         self._schedule()
 
 

@@ -18,13 +18,13 @@ Metrics (``Simulation``): its chains' blocks are labelled ``attacker``; ``attack
 import random
 from typing import Any, final
 
+from dagchain.blocks import Block
 from dagchain.crypto import address_from_pubkey, xonly_pubkey
 from dagchain.transactions import Transaction
 from dagchain.types import BlockId
-from miner.search import search_nonce
 from miner.template import BlockTemplate, build_template, registration_tx
 from simulator.engine import Engine
-from simulator.mining import NONCE_BITS, SEARCH_COUNT, MinedSink
+from simulator.mining import MinedSink, Miner
 from simulator.sim_node import SimNode
 
 
@@ -34,8 +34,8 @@ def chain_secret(index: int, j: int) -> bytes:
 
 
 @final
-class MultiRootMiner:
-    """One node's miner with ``roots`` peer chains; the same interface as ``mining.Miner``."""
+class MultiRootMiner(Miner):
+    """One node's miner with ``roots`` peer chains: ``mining.Miner`` choosing its chain."""
 
     def __init__(
         self,
@@ -48,48 +48,19 @@ class MultiRootMiner:
         rng: random.Random,
         sink: MinedSink,
     ) -> None:
-        self.node = node
-        self.share = share
+        super().__init__(
+            node, share, blocks_per_ms_at_genesis, genesis_blk_target, engine, rng, sink
+        )
         self.k = roots
-        self._rate_scale = share * blocks_per_ms_at_genesis / genesis_blk_target
-        self.engine = engine
-        self.rng = rng
-        self.sink = sink
         self.registrations: list[Transaction] = [
             registration_tx(address_from_pubkey(xonly_pubkey(chain_secret(node.index, j))))
             for j in range(roots)
         ]
         self.roots: list[BlockId] = []
         """The registered peer chains, in registration order."""
-        self.target = 0
-        self._handle: int | None = None
-        self.blocks = 0
         self.choices: dict[int, int] = {}
         """Chain index -> blocks mined on it (after the registrations)."""
-        self.stopped = False
-
-    def start(self) -> None:
-        self._schedule()
-
-    def stop(self) -> None:
-        self.stopped = True
-        if self._handle is not None:
-            self.engine.cancel(self._handle)
-            self._handle = None
-
-    def _schedule(self) -> None:
-        if self.stopped or self.share <= 0:
-            return
-        self.target = self.node.chain.best_snapshot.blk_target
-        rate = self._rate_scale * self.target
-        self._handle = self.engine.schedule(self.rng.expovariate(rate), self._solve)
-
-    def on_head_change(self) -> None:
-        if self.stopped or self._handle is None:
-            return
-        if self.node.chain.best_snapshot.blk_target != self.target:
-            self.engine.cancel(self._handle)
-            self._schedule()
+        self._choice = -1
 
     def _fees(self, template: BlockTemplate) -> int:
         pool = self.node.mempool
@@ -100,46 +71,30 @@ class MultiRootMiner:
                 total += entry.fee
         return total
 
-    def _best_template(self) -> tuple[BlockTemplate | None, int]:
+    def _template(self) -> BlockTemplate | None:
         """The next registration while fewer than k chains exist, else the best-paying chain."""
         node = self.node
         now = node.now()
+        self._choice = -1
         if len(self.roots) < self.k:
             reg = self.registrations[len(self.roots)]
-            return build_template(node.chain, node.mempool, now, registration=reg), -1
+            return build_template(node.chain, node.mempool, now, registration=reg)
         best: BlockTemplate | None = None
         best_fees = -1
-        choice = -1
         for j, root in enumerate(self.roots):
             template = build_template(node.chain, node.mempool, now, root=root)
             if template is None:
                 continue
             fees = self._fees(template)
             if fees > best_fees:
-                best, best_fees, choice = template, fees, j
-        return best, choice
+                best, best_fees, self._choice = template, fees, j
+        return best
 
-    def _solve(self) -> None:
-        self._handle = None
-        node = self.node
-        template, choice = self._best_template()
-        if template is not None:
-            start = self.rng.getrandbits(NONCE_BITS)
-            nonce = search_nonce(template.prefix, template.target, start, SEARCH_COUNT)
-            if nonce is None:  # pragma: no cover - 2^40 attempts at p ~ 1/100
-                raise RuntimeError("no nonce found")
-            block = template.solve(nonce)
-            self.blocks += 1
-            node.on_deliver_block(block.id, block.raw, node.index)
-            meta = node.chain.get_meta(block.id)
-            if meta is None:
-                raise RuntimeError(f"node {node.index} did not accept its own block")
-            self.sink.on_mined(node.index, block, self.engine.now_ms, meta.is_milestone)
-            if choice < 0:
-                self.roots.append(block.id)
-            else:
-                self.choices[choice] = self.choices.get(choice, 0) + 1
-        self._schedule()
+    def _mined(self, block: Block) -> None:
+        if self._choice < 0:
+            self.roots.append(block.id)
+        else:
+            self.choices[self._choice] = self.choices.get(self._choice, 0) + 1
 
     def metrics(self) -> dict[str, Any]:
         """The attacker's own facts (fee and revenue shares come from the observer's chain)."""
