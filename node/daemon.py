@@ -158,7 +158,11 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
         service = NodeService(params, chain, Mempool(params), wall_clock_ms)
         service.subscribe(_log_events)
         peers = await _start_peers(config, service, node_id, stack)
-        metrics = NodeMetrics(service, lambda: peers.connected_count if peers is not None else 0)
+        metrics = NodeMetrics(
+            service,
+            lambda: peers.connected_count if peers is not None else 0,
+            p2p_sent=peers.sent if peers is not None else None,
+        )
         ctx = ApiContext(service, config.network, version, node_id, token, metrics, peers)
         app = create_app(ctx, config.api_body_limit)
         await stack.enter_async_context(

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from node.peer import FrameCounts
 from node.service import NodeEvent, NodeService
 
 __all__ = ["CONTENT_TYPE", "NodeMetrics"]
@@ -34,6 +35,31 @@ class _RejectedCollector(Collector):
         yield family
 
 
+class _SentCollector(Collector):
+    """``dagchain_p2p_messages_sent_total{type}`` and ``dagchain_p2p_bytes_sent_total{type}``,
+    read from the peer manager's :class:`~node.peer.FrameCounts` at scrape."""
+
+    def __init__(self, sent: FrameCounts) -> None:
+        self._sent = sent
+
+    def collect(self):  # type: ignore[no-untyped-def]  # prometheus' own signature
+        frames = CounterMetricFamily(
+            "dagchain_p2p_messages_sent",
+            "P2P frames written to peers, by wire message type",
+            labels=["type"],
+        )
+        size = CounterMetricFamily(
+            "dagchain_p2p_bytes_sent",
+            "Bytes of the P2P frames written to peers (message encoding), by type",
+            labels=["type"],
+        )
+        for kind, count in sorted(self._sent.frames.items()):
+            frames.add_metric([kind], count)
+            size.add_metric([kind], self._sent.bytes[kind])
+        yield frames
+        yield size
+
+
 @final
 class NodeMetrics:
     """Counters fed by NodeEvents, gauges read at scrape time."""
@@ -43,7 +69,10 @@ class NodeMetrics:
         service: NodeService,
         peer_count: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
+        p2p_sent: FrameCounts | None = None,
     ) -> None:
+        """``p2p_sent``: the peer manager's frame counts (None without P2P: the families
+        are then listed with no samples)."""
         self.registry = CollectorRegistry()
         self._service = service
         self._clock = clock
@@ -78,6 +107,7 @@ class NodeMetrics:
         for name, text, fn in gauges:
             Gauge(name, text, registry=r).set_function(fn)
         r.register(_RejectedCollector(service))
+        r.register(_SentCollector(p2p_sent if p2p_sent is not None else FrameCounts()))
         service.subscribe(self.on_event)
 
     def on_event(self, event: NodeEvent) -> None:

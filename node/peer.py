@@ -8,8 +8,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import aiohttp
 from aiohttp import ClientWebSocketResponse, WSMsgType, web
@@ -29,6 +30,28 @@ Direction = Literal["inbound", "outbound"]
 WebSocket = web.WebSocketResponse | ClientWebSocketResponse
 
 
+@final
+class FrameCounts:
+    """Frames and their bytes written to peers, by wire message type (``GET /metrics``:
+    ``dagchain_p2p_messages_sent_total{type}``, ``dagchain_p2p_bytes_sent_total{type}``).
+
+    Counted when the frame has been handed to the socket, so a frame still queued when its
+    peer is dropped is not counted. Bytes are the message's encoding (the WebSocket payload),
+    without the WebSocket header.
+    """
+
+    __slots__ = ("bytes", "frames")
+
+    def __init__(self) -> None:
+        self.frames: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
+
+    def add(self, kind: str, size: int) -> None:
+        """One frame of ``kind`` and ``size`` bytes was written."""
+        self.frames[kind] += 1
+        self.bytes[kind] += size
+
+
 class Peer:
     """State of one connection; the manager owns the protocol logic.
 
@@ -44,6 +67,7 @@ class Peer:
         port: int,
         key: str,
         max_frame: int,
+        sent: FrameCounts | None = None,
     ) -> None:
         self.ws = ws
         self.direction = direction
@@ -68,7 +92,11 @@ class Peer:
         self.last_pong = time.monotonic()
         self.closed = False
         self.close_code: int | None = None
-        self._queue: asyncio.Queue[bytes | Callable[[], None]] = asyncio.Queue(SEND_QUEUE_SIZE)
+        self.sent = sent if sent is not None else FrameCounts()
+        """Where the frames written to this peer are counted (the manager's, shared)."""
+        self._queue: asyncio.Queue[tuple[str, bytes] | Callable[[], None]] = asyncio.Queue(
+            SEND_QUEUE_SIZE
+        )
         self._writer: asyncio.Task[None] | None = None
         self._closer: asyncio.Task[None] | None = None
 
@@ -106,7 +134,7 @@ class Peer:
             return False
         self.handshake.on_send(msg)
         try:
-            self._queue.put_nowait(wire.encode_message(msg))
+            self._queue.put_nowait((msg.TYPE, wire.encode_message(msg)))
             if after is not None:
                 self._queue.put_nowait(after)
         except asyncio.QueueFull:
@@ -172,12 +200,14 @@ class Peer:
                 continue
             if self.ws.closed:
                 return
+            kind, frame = item
             try:
-                await self.ws.send_bytes(item)
+                await self.ws.send_bytes(frame)
             except (ConnectionError, RuntimeError) as exc:
                 log.debug("peer %s: send failed: %s", self.key, exc)
                 self.closed = True
                 return
+            self.sent.add(kind, len(frame))
 
     async def read(self, on_frame: Callable[[bytes | str], None]) -> bool:
         """Hand every frame to ``on_frame`` until the connection ends or a close is decided.
@@ -235,4 +265,4 @@ class Peer:
         }
 
 
-__all__ = ["SEND_QUEUE_SIZE", "Direction", "Peer", "WebSocket"]
+__all__ = ["SEND_QUEUE_SIZE", "Direction", "FrameCounts", "Peer", "WebSocket"]

@@ -26,7 +26,7 @@ from node.addrgossip import AddrGossip
 from node.dialer import Addr, Dialer
 from node.exchange import Exchange
 from node.p2psettings import P2PSettings
-from node.peer import Direction, Peer, WebSocket
+from node.peer import Direction, FrameCounts, Peer, WebSocket
 from node.relay import Relay, Send
 from node.service import NodeService
 from node.syncsession import SyncSession, serve
@@ -86,6 +86,8 @@ class PeerManager:
         self.sync: SyncSession = self.exchange.sync
         self.addr = AddrGossip(self.addrbook, self.rng, s.discovery)
         self.banned_total = 0
+        self.sent = FrameCounts()
+        """Frames written to every peer, by type (``GET /metrics``)."""
         self.errors: Counter[str] = Counter()
         """Exceptions caught in the loops and tasks (each also logged), by where."""
         self._seq = 0
@@ -266,7 +268,7 @@ class PeerManager:
     ) -> None:
         self._seq += 1
         key = f"{direction[:3]}-{self._seq}-{host}:{port}"
-        peer = Peer(ws, direction, host, port, key, self.settings.max_frame)
+        peer = Peer(ws, direction, host, port, key, self.settings.max_frame, self.sent)
         self.peers[key] = peer
         if dialed is not None:
             self.dialer.connected(dialed, key)

@@ -37,6 +37,15 @@ def test_blocks_submitted_to_one_node_reach_all_and_agree_on_level_sets(
         delta = factory.chain.level_set(factory.chain.best_chain()[h])
         assert delta is not None
         assert sets[0] == [bytes(x).hex() for x in delta.order]
+    log.info("/metrics counts the frames each node wrote: node1 relayed every block to node2")
+    sent = "dagchain_p2p_messages_sent_total"
+    assert b.metric(sent, type="block") >= len(blocks)
+    assert b.metric("dagchain_p2p_bytes_sent_total", type="block") >= sum(
+        len(block.raw) for block in blocks
+    )
+    assert b.metric(sent, type="hello") == 2  # one per connection
+    assert c.metric(sent, type="block") == 0  # its one peer sent it every block
+    assert a.metric(sent, type="block") >= len(blocks)
 
 
 def test_a_transaction_submitted_to_one_node_reaches_every_mempool(network: TestNetwork) -> None:
