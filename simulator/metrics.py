@@ -82,6 +82,9 @@ class Recorder:
         self.blocks: dict[bytes, BlockRecord] = {}
         self.tx_offered_ms: dict[bytes, float] = {}
         self.tx_confirmed_ms: dict[bytes, float] = {}
+        self.arrivals: dict[tuple[bytes, int], float] | None = None
+        """Set to a dict to keep every (block, node) acceptance time in engine ms, the miner's
+        own included (bench/ring_compare.py: per-node delays); off in runs."""
 
     def on_mined(self, miner: int, block: Block, now_ms: float, is_milestone: bool) -> None:
         """A miner solved ``block``; its own node's core said whether it is a milestone."""
@@ -95,6 +98,10 @@ class Recorder:
     def on_accepted(self, node: int, accepted: tuple[BlockId, ...], now_ms: float) -> None:
         """Node ``node`` accepted these blocks now (propagation delays)."""
         blocks = self.blocks
+        arrivals = self.arrivals
+        if arrivals is not None:
+            for bid in accepted:
+                arrivals[(bid, node)] = now_ms
         for bid in accepted:
             rec = blocks.get(bid)
             if rec is not None and node != rec.miner:

@@ -1,4 +1,4 @@
-"""The network model: a random topology, link latencies and per-node bandwidth.
+"""The network model: a topology (random, or a ring), link latencies and per-node bandwidth.
 
 Per-hop delay = upload queueing at the sender + size / link rate + link latency + processing.
 The link rate is min(sender's upload, receiver's download); a node's uplink sends one message at a
@@ -15,6 +15,7 @@ data notes advise for small intra-region means.
 import itertools
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import final
 
@@ -59,6 +60,7 @@ class Network:
         bandwidth_mbps: float,
         processing_ms: float,
         rng: random.Random,
+        topology: str = "random",
     ) -> None:
         self.nodes = nodes
         self.processing_ms = processing_ms
@@ -80,26 +82,23 @@ class Network:
             self.download = [rate] * nodes
         self._upload_free = [0.0] * nodes
         self.neighbours: list[list[Link]] = [[] for _ in range(nodes)]
-        self._build(degree, rng)
+        self._build(degree, rng, topology)
         self.bytes_sent = 0
         self.messages = 0
+        self.sent_by_type: Counter[tuple[int, str]] | None = None
+        """Set to a Counter to count the relay's messages by (sender, wire type)
+        (``network.relay = "node"``; bench/ring_compare.py); off in runs."""
 
-    def _build(self, degree: int, rng: random.Random) -> None:
-        """A random tree (so the graph is connected) plus ``degree`` outbound links per node."""
-        edges: set[tuple[int, int]] = set()
+    def _build(self, degree: int, rng: random.Random, topology: str) -> None:
+        """``random``: a random tree (so the graph is connected) plus ``degree`` outbound links
+        per node; ``ring``: node i linked to its two neighbours i +- 1 (mod n), ``degree``
+        unused. Latencies are drawn per edge in ascending edge order either way."""
+        edges = (
+            _ring_edges(self.nodes)
+            if topology == "ring"
+            else _random_edges(self.nodes, degree, rng)
+        )
         n = self.nodes
-        order = list(range(n))
-        rng.shuffle(order)
-        for i in range(1, n):
-            a, b = order[i], order[rng.randrange(i)]
-            edges.add((min(a, b), max(a, b)))
-        if degree >= n - 1:
-            edges = {(a, b) for a in range(n) for b in range(a + 1, n)}
-        else:
-            for a in range(n):
-                for b in rng.sample(range(n - 1), degree):
-                    b = b if b < a else b + 1
-                    edges.add((min(a, b), max(a, b)))
         ids = node_ids(n)
         for a, b in sorted(edges):
             latency = self._draw_latency(a, b, rng)
@@ -236,6 +235,27 @@ class Network:
             self.messages += sent
             self.bytes_sent += size * sent
         return out
+
+
+def _random_edges(n: int, degree: int, rng: random.Random) -> set[tuple[int, int]]:
+    edges: set[tuple[int, int]] = set()
+    order = list(range(n))
+    rng.shuffle(order)
+    for i in range(1, n):
+        a, b = order[i], order[rng.randrange(i)]
+        edges.add((min(a, b), max(a, b)))
+    if degree >= n - 1:
+        return {(a, b) for a in range(n) for b in range(a + 1, n)}
+    for a in range(n):
+        for b in rng.sample(range(n - 1), degree):
+            b = b if b < a else b + 1
+            edges.add((min(a, b), max(a, b)))
+    return edges
+
+
+def _ring_edges(n: int) -> set[tuple[int, int]]:
+    """Node i and i + 1 (mod n): n links for n >= 3, one for two nodes, none for one."""
+    return {(min(i, (i + 1) % n), max(i, (i + 1) % n)) for i in range(n) if (i + 1) % n != i}
 
 
 __all__ = ["REGIONS", "Link", "Network"]

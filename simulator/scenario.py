@@ -33,7 +33,10 @@ class NetworkConfig(_Table):
     bandwidth_mbps: float = 0.0
     """Per-node upload and download, Mbit/s; 0 = unlimited (regions2019: 0 = the region table)."""
     degree: int = Field(default=8, ge=1)
-    """Outbound peers per node (links are used both ways)."""
+    """Outbound peers per node (links are used both ways; ``topology = "random"`` only)."""
+    topology: Literal["random", "ring"] = "random"
+    """``random``: a random spanning tree plus ``degree`` random outbound links per node;
+    ``ring``: node i linked to i - 1 and i + 1 (mod ``nodes``), as bench/network.py's ring."""
     processing_ms: float = Field(default=2.0, ge=0)
     """Per-hop processing delay (SimBlock uses 2 ms)."""
     full_nodes: int = Field(default=0, ge=0)

@@ -403,6 +403,10 @@ class RelayPort:
             return
         nodes, network, engine, src = self.hub.nodes, self.network, self.engine, self._index
         now, index = engine.now_ms, _INDEX
+        tally = network.sent_by_type
+        if tally is not None:
+            for _, msg in sends:
+                tally[(src, msg.TYPE)] += 1
         if len(sends) == 1:
             key, msg = sends[0]
             dst = index[key]

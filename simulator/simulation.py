@@ -69,6 +69,7 @@ class Simulation:
             net.bandwidth_mbps,
             net.processing_ms,
             self.streams.stream("topology"),
+            net.topology,
         )
         self.caches = caches = (
             SignatureCache(1_000_000),
