@@ -146,9 +146,9 @@ async def _submit(session: aiohttp.ClientSession, node: NodeProcess, block: Bloc
             raise RuntimeError(f"submit failed: {resp.status} {await resp.text()}")
 
 
-async def bench_propagation(
-    net: TestNetwork, ring: int, blocks: int, txs: int
-) -> tuple[list[int], list[int]]:
+def start_ring(net: TestNetwork, ring: int) -> list[NodeProcess]:
+    """``ring`` devnet daemons, node i dialing node i - 1 (node 0 the last), each with both
+    ring neighbours connected."""
     nodes = [net.add_node(start=False) for _ in range(ring)]
     for i, node in enumerate(nodes):
         node.peers = [nodes[i - 1].p2p_address]  # node 0 dials the last: a ring
@@ -158,6 +158,15 @@ async def bench_propagation(
         wait_until(node.is_up, 30, f"{node.name} up")
     for node in nodes:
         node.wait(lambda n: n.peer_count() >= 2, 30, "to have both ring neighbours")
+    return nodes
+
+
+async def propagate(
+    nodes: list[NodeProcess], blocks: int, txs: int, spacing_s: float = 0.25
+) -> dict[tuple[int, str], int]:
+    """Submit ``blocks`` blocks of ``txs`` txs to ``nodes[0]``, one every ``spacing_s``; wait
+    (at most 60 s) for every node's ``block`` event. Returns (node index, block hash) ->
+    ``delay_ms`` (the node's clock at acceptance minus the submit time), node 0's included."""
     builder = DagBuilder(txs, max(blocks * txs, 1))
     sink: dict[tuple[int, str], int] = {}
     stop = asyncio.Event()
@@ -168,12 +177,20 @@ async def bench_propagation(
             # built at once and stamped with the submit time, so delay_ms is propagation
             block = builder.next_block(int(time.time() * 1000))
             await _submit(session, nodes[0], block)
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(spacing_s)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(sink) < ring * blocks:  # noqa: ASYNC110 - polling a dict
+    while time.monotonic() < deadline and len(sink) < len(nodes) * blocks:  # noqa: ASYNC110 - polling a dict
         await asyncio.sleep(0.1)
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
+    return sink
+
+
+async def bench_propagation(
+    net: TestNetwork, ring: int, blocks: int, txs: int
+) -> tuple[list[int], list[int]]:
+    nodes = start_ring(net, ring)
+    sink = await propagate(nodes, blocks, txs)
     per_node = [d for (i, _), d in sink.items() if i != 0]
     worst: dict[str, int] = {}
     for (i, h), d in sink.items():
