@@ -34,7 +34,7 @@ from simulator.engine import Engine
 from simulator.knowledge import Knowledge, node_ids
 from simulator.network import Network
 from simulator.rng import RngStreams
-from simulator.store import SimStore
+from simulator.store import RowInterner, SimStore
 
 
 class FrameReceiver(Protocol):
@@ -107,7 +107,10 @@ class SimNode:
         params: ConsensusParams,
         hub: Hub,
         caches: tuple[SignatureCache, DecodeCache, LevelSetCache] | None = None,
+        rows: RowInterner | None = None,
     ) -> None:
+        """``rows``: the interner that lets the nodes' stores share equal rows (one object per
+        distinct key and value: the nodes of one best chain write the same rows)."""
         self.index = node_ids(index + 1)[index]
         self.params = params
         self.hub = hub
@@ -119,7 +122,7 @@ class SimNode:
         # pure function of the milestone's past).
         self.chain = Chain(
             params,
-            SimStore(),
+            SimStore(rows),
             signature_cache=sig_cache,
             decode_cache=decode_cache,
             level_set_cache=ls_cache,

@@ -30,6 +30,7 @@ from simulator.relay_node import RelayNode
 from simulator.rng import RngStreams
 from simulator.scenario import Scenario
 from simulator.sim_node import NodeRef, SimNode
+from simulator.store import RowInterner
 
 FRAME_OVERHEAD_BYTES = 9
 """Per-message framing (type byte and length) on top of the canonical block or tx bytes."""
@@ -52,8 +53,12 @@ class RunResult:
 class Simulation:
     """The simulated network for one scenario (also the nodes' ``Hub``)."""
 
-    def __init__(self, scenario: Scenario, *, drop_losing_copies: bool = True) -> None:
-        """``drop_losing_copies=False`` runs every copy that loses the race (tests compare)."""
+    def __init__(
+        self, scenario: Scenario, *, drop_losing_copies: bool = True, share_rows: bool = True
+    ) -> None:
+        """``drop_losing_copies=False`` runs every copy that loses the race (tests compare);
+        ``share_rows=False`` gives every node's store its own key and value objects (the
+        memory bench compares)."""
         self.scenario = scenario
         self.params = params = scenario.to_params()
         self.streams = RngStreams(scenario.seed)
@@ -79,7 +84,9 @@ class Simulation:
         self.known_blocks = Knowledge(scenario.nodes)
         self.known_txs = Knowledge(scenario.nodes)
         full = scenario.full_nodes
-        self.full_nodes = [SimNode(i, params, self, caches) for i in range(full)]
+        self.rows = RowInterner() if share_rows else None
+        """One object per distinct store key and value of the full nodes (simulator/store.py)."""
+        self.full_nodes = [SimNode(i, params, self, caches, self.rows) for i in range(full)]
         self.observer = self.full_nodes[OBSERVER]
         relay_accepted = Knowledge(scenario.nodes - full)
         genesis = self.observer.chain.genesis_id

@@ -8,21 +8,69 @@ rare ``iter_prefix`` sorts the matching keys on demand. A batch collects its wri
 data with one ``dict.update`` when its ``with`` block exits cleanly; nothing is applied if it
 raises. No generator-based context manager and no Python-level ``put`` per row: puts go straight
 to ``dict.__setitem__``.
+
+Rows shared between nodes (:class:`RowInterner`): the full nodes of one run that follow the same
+best chain write the same rows, byte for byte, each as its own key and value objects. Stores made
+with one interner keep one object per distinct key and per distinct value instead (the dicts and
+their contents are unchanged; only which equal ``bytes`` object a row holds differs).
 """
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import final
+
+
+@final
+class RowInterner:
+    """The one ``bytes`` object of each distinct key and value in the stores that share it.
+
+    An entry nobody else holds any more (every store deleted the row) is swept once the table
+    has doubled since the last sweep, so the table stays proportional to the live rows.
+    """
+
+    __slots__ = ("_next_sweep", "intern", "table")
+
+    MIN_SWEEP = 1 << 16
+
+    def __init__(self) -> None:
+        self.table: dict[bytes, bytes] = {}
+        self.intern: Callable[[bytes, bytes], bytes] = self.table.setdefault
+        self._next_sweep = self.MIN_SWEEP
+
+    def rows(self, ops: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
+        """``ops`` with each key and value replaced by its shared object."""
+        intern = self.intern
+        out: dict[bytes, bytes | None] = {}
+        for k, v in ops.items():
+            if v is None:  # not interned: ``del`` finds the stored key by equality
+                out[k] = None
+            else:
+                out[intern(k, k)] = intern(v, v)
+        if len(self.table) >= self._next_sweep:
+            self.sweep()
+        return out
+
+    def sweep(self) -> int:
+        """Drop the entries only the table holds; how many were dropped."""
+        table, refs = self.table, sys.getrefcount
+        # the table holds an entry twice (key and value); getrefcount's argument is one more
+        dead = [k for k in table if refs(k) <= 4]
+        for k in dead:
+            del table[k]
+        self._next_sweep = max(self.MIN_SWEEP, 2 * len(table))
+        return len(dead)
 
 
 @final
 class SimBatch:
     """Puts and deletes of one batch; applied to the store's dict on a clean exit."""
 
-    __slots__ = ("_data", "_deletes", "ops", "put")
+    __slots__ = ("_data", "_deletes", "_rows", "ops", "put")
 
-    def __init__(self, data: dict[bytes, bytes]) -> None:
+    def __init__(self, data: dict[bytes, bytes], rows: RowInterner | None = None) -> None:
         ops: dict[bytes, bytes | None] = {}
         self._data = data
+        self._rows = rows
         self._deletes = False
         self.ops = ops
         self.put: Callable[[bytes, bytes], None] = ops.__setitem__
@@ -39,6 +87,8 @@ class SimBatch:
         if exc_type is not None:
             return
         ops, data = self.ops, self._data
+        if self._rows is not None:
+            ops = self._rows.rows(ops)
         data.update(ops)  # type: ignore[arg-type]  # the None values are removed just below
         if self._deletes:
             for key in [k for k, v in ops.items() if v is None]:
@@ -49,10 +99,12 @@ class SimBatch:
 class SimStore:
     """A KVStore in one dict (see the module doc)."""
 
-    __slots__ = ("_data", "get")
+    __slots__ = ("_data", "_rows", "get")
 
-    def __init__(self) -> None:
+    def __init__(self, rows: RowInterner | None = None) -> None:
+        """``rows``: share equal keys and values with the other stores made with it."""
         self._data: dict[bytes, bytes] = {}
+        self._rows = rows
         self.get: Callable[[bytes], bytes | None] = self._data.get
 
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -65,7 +117,7 @@ class SimStore:
 
     def write_batch(self) -> SimBatch:
         """Collect puts and deletes; apply them when the ``with`` block exits cleanly."""
-        return SimBatch(self._data)
+        return SimBatch(self._data, self._rows)
 
     def snapshot(self) -> dict[bytes, bytes]:
         """A copy of every key and value (tests compare states byte for byte)."""
@@ -75,4 +127,4 @@ class SimStore:
         """Nothing to release."""
 
 
-__all__ = ["SimBatch", "SimStore"]
+__all__ = ["RowInterner", "SimBatch", "SimStore"]

@@ -1,9 +1,13 @@
-"""SimStore keeps the KVStore contract of dagchain.storage (in-order writes, all or nothing)."""
+"""SimStore keeps the KVStore contract of dagchain.storage (in-order writes, all or nothing),
+also when stores share their rows through a RowInterner."""
 
 import pytest
 
 from dagchain.storage.memory import MemoryStore
-from simulator.store import SimStore
+from simulator.scenario import load_scenario
+from simulator.sim_node import SimNode
+from simulator.simulation import WALL_FIELDS, Simulation
+from simulator.store import RowInterner, SimStore
 
 
 def test_batches_end_like_memory_store_batches() -> None:
@@ -44,3 +48,74 @@ def test_a_failed_batch_writes_nothing() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         _write_then_fail(store)
     assert store.snapshot() == {}
+
+
+def _write_rows(store: SimStore | MemoryStore, tag: bytes) -> None:
+    with store.write_batch() as wb:
+        wb.put(b"u" + tag, b"value-" + tag)  # built at run time: a new object per call
+        wb.put(b"k" + tag, b"spent")
+        wb.put(b"p" + tag, b"")
+    with store.write_batch() as wb:
+        wb.delete(b"p" + tag)
+
+
+def test_stores_sharing_an_interner_hold_one_object_per_distinct_row() -> None:
+    rows = RowInterner()
+    a, b, mem = SimStore(rows), SimStore(rows), MemoryStore()
+    for store in (a, b, mem):
+        _write_rows(store, bytes([1, 2, 3]))
+    assert a.snapshot() == b.snapshot() == mem.snapshot()
+    assert list(a.iter_prefix(b"u")) == list(mem.iter_prefix(b"u"))
+    (key_a, value_a), (key_b, value_b) = next(a.iter_prefix(b"u")), next(b.iter_prefix(b"u"))
+    assert key_a is key_b
+    assert value_a is value_b
+    # without an interner each store keeps its own objects
+    c, d = SimStore(), SimStore()
+    _write_rows(c, bytes([1, 2, 3]))
+    _write_rows(d, bytes([1, 2, 3]))
+    assert next(c.iter_prefix(b"u"))[0] is not next(d.iter_prefix(b"u"))[0]
+
+
+def test_the_sweep_drops_rows_every_store_deleted_and_keeps_live_ones() -> None:
+    rows = RowInterner()
+    a, b = SimStore(rows), SimStore(rows)
+    for store in (a, b):
+        _write_rows(store, b"x")
+        _write_rows(store, b"y")
+        with store.write_batch() as wb:
+            wb.delete(b"ux")
+    assert b"ux" in rows.table
+    assert rows.sweep() >= 1
+    assert b"ux" not in rows.table  # deleted everywhere: gone from the table
+    assert b"uy" in rows.table  # live in both stores
+    assert a.get(b"uy") == b"value-y"
+    assert a.snapshot() == b.snapshot()
+    # a row written again after its sweep is shared again
+    for store in (a, b):
+        _write_rows(store, b"x")
+    assert next(a.iter_prefix(b"ux"))[0] is next(b.iter_prefix(b"ux"))[0]
+
+
+def _store(node: SimNode) -> SimStore:
+    store = node.chain.store
+    assert isinstance(store, SimStore)
+    return store
+
+
+def test_a_run_is_the_same_with_and_without_shared_rows() -> None:
+    scenario = load_scenario(None, ["load.tps=40"], nodes=4, duration_s=8, seed=3)
+    shared, own = Simulation(scenario), Simulation(scenario, share_rows=False)
+    results = [sim.run() for sim in (shared, own)]
+    for sim in (shared, own):
+        assert len(sim.observer.chain.state.best) > 1
+    snapshots = [[_store(n).snapshot() for n in sim.full_nodes] for sim in (shared, own)]
+    assert snapshots[0] == snapshots[1]
+    assert results[0].blocks == results[1].blocks
+    strip = [{k: v for k, v in r.metrics.items() if k not in WALL_FIELDS} for r in results]
+    assert strip[0] == strip[1]
+    # the shared run's nodes hold one object per row their stores have in common
+    first, second = (_store(n) for n in shared.full_nodes[:2])
+    common = set(first.snapshot()) & set(second.snapshot())
+    assert common
+    keys_a, keys_b = ({k: k for k in s.snapshot()} for s in (first, second))
+    assert all(keys_a[k] is keys_b[k] for k in common)
