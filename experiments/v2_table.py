@@ -13,8 +13,12 @@ def row(run: Path) -> str:
     man = json.loads((run / "manifest.json").read_text())
     half = m["offered_tps_second_half"]
     ratio = m["throughput_tps_second_half"] / half if half else 0.0
+    network = man["scenario"]["network"]
     cells = [
         run.name,
+        network["delay"],
+        network.get("relay", "push-all"),
+        str(m["best_height"]),
         f"{m['blocks']:,}",
         f"{100 * m['late_block_rate']:.2f} %",
         f"{100 * m['unrewarded_block_rate']:.2f} %",
@@ -36,7 +40,7 @@ def row(run: Path) -> str:
 
 
 HEADER = (
-    "| run | blocks | late (S6) | unrewarded (R2) | undecided | offered tps | confirmed tps "
+    "| run | delay | relay | milestones | blocks | late (S6) | unrewarded (R2) | undecided | offered tps | confirmed tps "
     "| confirmed/offered, 2nd half | txs_lost (refused on offer) | duplicate rate | wait p50 s "
     "| latency p50 s | propagation p50 s | stale ms | wall min |"
 )
