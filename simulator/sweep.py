@@ -18,6 +18,8 @@ SWEEP.toml::
 import csv
 import itertools
 import socket
+import sys
+import time
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -157,13 +159,40 @@ def check_cluster(executor: str, address: str, timeout: float = CONNECT_TIMEOUT_
         raise ScenarioError(f"cannot reach the {what} at {address}: {reason}") from None
 
 
+def _describe(job: tuple[Any, ...]) -> str:
+    _, overrides, seed = job
+    return ", ".join([*(f"{'.'.join(p)}={v}" for p, v in overrides), f"seed={seed}"])
+
+
 def _local(jobs: list[tuple[Any, ...]], workers: int) -> Iterable[dict[str, Any]]:
-    from concurrent.futures import ProcessPoolExecutor
+    """Runs in a process pool; one progress line per finished run on stderr, rows in grid order."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    started = time.monotonic()
+    total = len(jobs)
+
+    def report(done: int, job: tuple[Any, ...]) -> None:
+        elapsed = time.monotonic() - started
+        print(
+            f"sweep: {done}/{total} done ({_describe(job)}), {elapsed:.0f} s elapsed",
+            file=sys.stderr,
+            flush=True,
+        )
 
     if workers <= 1:
-        return [run_point(*job) for job in jobs]
+        rows = []
+        for done, job in enumerate(jobs, 1):
+            rows.append(run_point(*job))
+            report(done, job)
+        return rows
+    results: list[dict[str, Any] | None] = [None] * total
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_point, *zip(*jobs, strict=True)))
+        futures = {pool.submit(run_point, *job): i for i, job in enumerate(jobs)}
+        for done, future in enumerate(as_completed(futures), 1):
+            i = futures[future]
+            results[i] = future.result()
+            report(done, jobs[i])
+    return [row for row in results if row is not None]
 
 
 def _dask(

@@ -78,13 +78,18 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:
     ).read_bytes()
 
 
-def test_sweep_runs_each_point_and_seed_into_one_csv(tmp_path: Path) -> None:
+def test_sweep_runs_each_point_and_seed_into_one_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = tmp_path / "sweep.toml"
     spec.write_text(
         'seeds = [1, 2]\nset = ["nodes=3", "duration_s=10", "miners.count=2"]\n'
         '[grid]\n"chain.sortition_c" = ["1/10", "1/2"]\n'
     )
     assert main(["sweep", str(spec), "--executor", "local", "--out", str(tmp_path / "o")]) == 0
+    progress = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("sweep: ")]
+    assert [ln.split(" done")[0] for ln in progress] == [f"sweep: {i}/4" for i in range(1, 5)]
+    assert "chain.sortition_c=1/2, seed=2" in progress[-1]
     with (tmp_path / "o" / "sweep.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["chain.sortition_c"], r["seed"]) for r in rows] == [
