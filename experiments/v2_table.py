@@ -40,7 +40,8 @@ def row(run: Path) -> str:
 
 
 HEADER = (
-    "| run | delay | relay | milestones | blocks | late (S6) | unrewarded (R2) | undecided | offered tps | confirmed tps "
+    "| run | delay | relay | milestones | blocks | late (S6) | unrewarded (R2) | undecided "
+    "| offered tps | confirmed tps "
     "| confirmed/offered, 2nd half | txs_lost (refused on offer) | duplicate rate | wait p50 s "
     "| latency p50 s | propagation p50 s | stale ms | wall min |"
 )
