@@ -45,6 +45,20 @@ log = logging.getLogger("functional")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 20.0
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` of every process a test starts: the kernel SIGKILLs the child when the
+    test process dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``), so an interrupted run
+    leaves no daemon behind; ``start_new_session`` keeps the terminal's signals off it."""
+    import ctypes  # in the child, between fork and exec
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:  # pragma: no cover - Linux only
+        return
+    if os.getppid() == 1:  # pragma: no cover - the parent died before prctl took effect
+        os._exit(1)
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
@@ -145,6 +159,7 @@ class NodeProcess:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         if wait:
             wait_until(self.is_up, STARTUP_TIMEOUT_S, f"{self.name} to answer /v1/status")

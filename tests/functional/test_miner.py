@@ -22,6 +22,7 @@ from tests.functional.framework import (
     BlockFactory,
     NodeProcess,
     TestNetwork,
+    die_with_parent,
     wait_until,
 )
 
@@ -63,7 +64,12 @@ class MinerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            cwd=REPO_ROOT,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         log_file.close()
 

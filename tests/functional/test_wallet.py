@@ -28,7 +28,14 @@ from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET
 from dagchain.params import DEVNET
 from dagchain.transactions import TxKind, TxOut, sign_transaction
 from dagchain.types import TxId
-from tests.functional.framework import REPO_ROOT, ApiError, NodeProcess, TestNetwork, wait_until
+from tests.functional.framework import (
+    REPO_ROOT,
+    ApiError,
+    NodeProcess,
+    TestNetwork,
+    die_with_parent,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger("functional.wallet")
@@ -52,7 +59,12 @@ class Miner:
         ]
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(
-                cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                cmd,
+                cwd=REPO_ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
 
     def stop(self) -> None:
