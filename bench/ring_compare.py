@@ -1,6 +1,13 @@
 """Live against simulated (issue 16): the same 10-node ring on loopback and in dagchain-sim.
 
-Run: ``python bench/ring_compare.py [--ring 10] [--blocks 30] [--txs 128] [--tolerance 0.2]``.
+Run: ``python bench/ring_compare.py [--ring 10] [--blocks 30] [--txs 128] [--tolerance 0.2]
+[--topology ring|random] [--degree 2]``.
+
+``--topology random`` takes the simulator's random graph instead of the ring (``network.topology
+= "random"``: a random tree plus ``--degree`` links per node, drawn from ``--seed``) and wires the
+live daemons the same way (node i dials its neighbours j < i): with more than ``relay_push`` = 3
+neighbours a node announces blocks by ``inv`` on its other links and peers fetch them by
+``getdata``, which a ring never needs. Hop distances are then BFS distances from node 0.
 
 1. Live: bench/network.py's ring of real devnet daemons (node i dials node i - 1); ``--blocks``
    blocks of ``--txs`` signed txs submitted to node 0, one every 0.25 s. Per node and block: the
@@ -31,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.network import percentile, propagate, start_ring
 from simulator.scenario import load_scenario
 from simulator.simulation import Simulation
-from tests.functional.framework import NodeProcess, TestNetwork
+from tests.functional.framework import NodeProcess, TestNetwork, wait_until
 
 SENT = "dagchain_p2p_messages_sent_total"
 BLOCK_TYPES = ("block", "inv", "getdata", "notfound")
@@ -60,9 +68,63 @@ class Side:
     blocks: int
 
 
-def hops(node: int, ring: int) -> int:
-    """Hop distance from node 0 on the ring."""
-    return min(node, ring - node)
+Graph = list[list[int]]
+"""Node -> its neighbours."""
+
+
+def ring_graph(ring: int) -> Graph:
+    """Node i linked to i - 1 and i + 1 (mod ``ring``)."""
+    return [sorted({(i - 1) % ring, (i + 1) % ring} - {i}) for i in range(ring)]
+
+
+def sim_graph(ring: int, degree: int, seed: int) -> Graph:
+    """The simulator's random graph for these nodes and seed (``network.topology = "random"``;
+    the links do not depend on the delay model's latencies)."""
+    scenario = load_scenario(
+        None,
+        ['network.delay="fixed:0.01"', f"network.degree={degree}", "load.tps=0"],
+        nodes=ring,
+        duration_s=1.0,
+        seed=seed,
+    )
+    return [
+        sorted(link.peer for link in links) for links in Simulation(scenario).network.neighbours
+    ]
+
+
+def distances(graph: Graph) -> list[int]:
+    """Hop distance of every node from node 0 (BFS)."""
+    dist = [-1] * len(graph)
+    dist[0] = 0
+    frontier = [0]
+    while frontier:
+        nxt = []
+        for a in frontier:
+            for b in graph[a]:
+                if dist[b] < 0:
+                    dist[b] = dist[a] + 1
+                    nxt.append(b)
+        frontier = nxt
+    return dist
+
+
+def _has_peers(count: int) -> Callable[[NodeProcess], bool]:
+    return lambda node: node.peer_count() >= count
+
+
+def start_graph(net: TestNetwork, graph: Graph) -> list[NodeProcess]:
+    """One devnet daemon per node of ``graph``, node i dialing its neighbours j < i, each with
+    every neighbour connected."""
+    nodes = [net.add_node(start=False) for _ in graph]
+    for i, node in enumerate(nodes):
+        node.peers = [nodes[j].p2p_address for j in graph[i] if j < i]
+    for node in nodes:
+        node.start(wait=False)
+    for node in nodes:
+        wait_until(node.is_up, 30, f"{node.name} up")
+    for node, peers in zip(nodes, graph, strict=True):
+        node.wait(_has_peers(len(peers)), 30, f"to have its {len(peers)} neighbours")
+    return nodes
 
 
 # ---------------------------------------------------------------------------- live
@@ -90,9 +152,12 @@ def settled_counts(nodes: list[NodeProcess]) -> list[Counter[str]]:
     return last
 
 
-def run_live(net: TestNetwork, ring: int, blocks: int, txs: int) -> tuple[Side, list[float]]:
-    """The live ring; returns its Side and node 0's own delays (ms)."""
-    nodes = start_ring(net, ring)
+def run_live(
+    net: TestNetwork, graph: Graph | None, ring: int, blocks: int, txs: int
+) -> tuple[Side, list[float]]:
+    """The live ring (``graph`` None: bench/network.py's) or graph; returns its Side and node
+    0's own delays (ms)."""
+    nodes = start_ring(net, ring) if graph is None else start_graph(net, graph)
     try:
         before = settled_counts(nodes)
         sink = asyncio.run(propagate(nodes, blocks, txs, SPACING_S))
@@ -111,24 +176,33 @@ def run_live(net: TestNetwork, ring: int, blocks: int, txs: int) -> tuple[Side, 
     return side, delays[0]
 
 
-def calibrate(live: Side, origin: list[float], ring: int) -> tuple[float, float]:
+def calibrate(live: Side, origin: list[float], dist: list[int]) -> tuple[float, float]:
     """(per-hop delay h, origin offset), both ms: the offset is node 0's median delay, h the
     distance-1 nodes' median delay minus it (so the sim's distance-1 median is the live one)."""
-    first = [d for i in range(1, ring) if hops(i, ring) == 1 for d in live.delays[i]]
+    first = [d for i in range(1, len(dist)) if dist[i] == 1 for d in live.delays[i]]
     offset = statistics.median(origin)
     return statistics.median(first) - offset, offset
 
 
 # ---------------------------------------------------------------------------- simulated
-def run_sim(ring: int, blocks: int, hop_ms: float, offset_ms: float, seed: int) -> Side:
-    """The same ring in dagchain-sim with fixed per-hop delay ``hop_ms``."""
+def run_sim(
+    ring: int,
+    blocks: int,
+    hop_ms: float,
+    offset_ms: float,
+    seed: int,
+    topology: str = "ring",
+    degree: int = 2,
+) -> Side:
+    """The same ring (or random graph) in dagchain-sim with fixed per-hop delay ``hop_ms``."""
     processing = min(2.0, max(0.0, hop_ms))
     link_s = max(0.0, hop_ms - processing) / 1000.0
     rate = 1.0 / SPACING_S
     scenario = load_scenario(
         None,
         [
-            'network.topology="ring"',
+            f'network.topology="{topology}"',
+            f"network.degree={degree}",
             'network.relay="node"',
             f'network.delay="fixed:{link_s:.6f}"',
             f"network.processing_ms={processing}",
@@ -142,6 +216,9 @@ def run_sim(ring: int, blocks: int, hop_ms: float, offset_ms: float, seed: int) 
         seed=seed,
     )
     sim = Simulation(scenario)
+    graph = [sorted(link.peer for link in links) for links in sim.network.neighbours]
+    if topology == "random" and graph != sim_graph(ring, degree, seed):  # pragma: no cover
+        raise RuntimeError("the simulated graph is not the one the live nodes were wired as")
     arrivals: dict[tuple[bytes, int], float] = {}
     sent_by: Counter[tuple[int, str]] = Counter()
     sim.recorder.arrivals = arrivals
@@ -181,15 +258,16 @@ def verdict(live: float, sim: float, tolerance: float) -> tuple[str, str, bool]:
     return f"{ratio:.2f}", "PASS" if ok else "FAIL", ok
 
 
-def report(live: Side, sim: Side, ring: int, tolerance: float) -> bool:
+def report(live: Side, sim: Side, dist: list[int], tolerance: float) -> bool:
     """Print the table; True if every pooled row passes."""
     print(
         "| node | hops | live p50 | sim p50 | sim/live | live p90 | sim p90 | sim/live | "
         "live msgs/block | sim msgs/block | sim/live |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ring = len(dist)
     for i in range(ring):
-        cells = [str(i), str(hops(i, ring))]
+        cells = [str(i), str(dist[i])]
         for q in (0.5, 0.9):
             if i == 0:
                 cells += ["-", "-", "-"]
@@ -247,23 +325,29 @@ def main() -> None:
     parser.add_argument("--txs", type=int, default=128)
     parser.add_argument("--tolerance", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--topology", choices=("ring", "random"), default="ring")
+    parser.add_argument("--degree", type=int, default=2, help="random: links drawn per node")
     args = parser.parse_args()
+    graph = sim_graph(args.ring, args.degree, args.seed) if args.topology == "random" else None
+    dist = distances(graph if graph is not None else ring_graph(args.ring))
+    if graph is not None:
+        print(f"graph (seed {args.seed}, degree {args.degree}): {dict(enumerate(graph))}")
     with tempfile.TemporaryDirectory(prefix="dagchain-ring-") as tmp:
         net = TestNetwork(Path(tmp))
         try:
-            live, origin = run_live(net, args.ring, args.blocks, args.txs)
+            live, origin = run_live(net, graph, args.ring, args.blocks, args.txs)
         finally:
             net.cleanup()
-    hop_ms, offset_ms = calibrate(live, origin, args.ring)
-    first = [d for i in range(1, args.ring) if hops(i, args.ring) == 1 for d in live.delays[i]]
+    hop_ms, offset_ms = calibrate(live, origin, dist)
+    first = [d for i in range(1, args.ring) if dist[i] == 1 for d in live.delays[i]]
     print(
         f"calibration (distance-1 nodes): per-hop {hop_ms:.1f} ms; origin offset (node 0's own "
         f"delay, median) {offset_ms:.1f} ms; live {live.blocks} blocks; distance-1 delay p10 "
         f"{_q(first, 0.1):.0f} / p50 {_q(first, 0.5):.0f} / p90 {_q(first, 0.9):.0f} ms, node 0 "
         f"p10 {_q(origin, 0.1):.0f} / p90 {_q(origin, 0.9):.0f} ms (the sim's delays are fixed)"
     )
-    sim = run_sim(args.ring, args.blocks, hop_ms, offset_ms, args.seed)
-    ok = report(live, sim, args.ring, args.tolerance)
+    sim = run_sim(args.ring, args.blocks, hop_ms, offset_ms, args.seed, args.topology, args.degree)
+    ok = report(live, sim, dist, args.tolerance)
     print(f"verdict: {'PASS' if ok else 'FAIL'} (every pooled row within {args.tolerance:.0%})")
 
 
