@@ -5,6 +5,7 @@ chain's public API. Nothing here re-implements a consensus rule.
 """
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from dagchain.blocks import Block
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
@@ -225,6 +226,49 @@ def redemption(
     )
 
 
+@dataclass(frozen=True)
+class Ledger:
+    """Everything a user can read of the best chain, except arrival-dependent bookkeeping."""
+
+    best_chain: tuple[BlockId, ...]
+    level_sets: tuple[tuple[tuple[BlockId, ...], bytes], ...]
+    ls_heights: tuple[tuple[BlockId, int | None], ...]
+    utxos: dict[tuple[bytes, int], Utxo]
+    roots: dict[BlockId, RootRecord]
+    pending: frozenset[BlockId]
+    rows: dict[bytes, bytes] = field(default_factory=dict)
+    """The stored rows of the prefixes asked for (none unless asked)."""
+
+
+def store_rows(chain: Chain, prefixes: bytes | None = None) -> dict[bytes, bytes]:
+    """The chain's MemoryStore rows, all or those whose first byte is in ``prefixes``."""
+    store = chain.store
+    assert isinstance(store, MemoryStore)
+    snap = store.snapshot()
+    if prefixes is None:
+        return snap
+    return {k: v for k, v in snap.items() if k[:1] in prefixes}
+
+
+def ledger_of(chain: Chain, blocks: Sequence[BlockId], row_prefixes: bytes | None = None) -> Ledger:
+    """The chain's :class:`Ledger`, with the LS heights of ``blocks`` and, if ``row_prefixes``
+    is given, the stored rows of those prefixes."""
+    sets = []
+    for ms in chain.best_chain():
+        delta = chain.level_set(ms)
+        assert delta is not None
+        sets.append((delta.order, delta.reasons))
+    return Ledger(
+        tuple(chain.best_chain()),
+        tuple(sets),
+        tuple((b, chain.ls_height(b)) for b in blocks),
+        chain.utxos(),
+        chain.roots(),
+        frozenset(chain.pending_blocks()),
+        {} if row_prefixes is None else store_rows(chain, row_prefixes),
+    )
+
+
 def key(n: int) -> tuple[bytes, Address]:
     """A deterministic (secret, address) pair."""
     secret = secret_of(n)
@@ -232,12 +276,15 @@ def key(n: int) -> tuple[bytes, Address]:
 
 
 __all__ = [
+    "Ledger",
     "Node",
     "key",
+    "ledger_of",
     "ledger_state",
     "record",
     "redemption",
     "replay",
+    "store_rows",
     "transfer",
     "verdicts",
 ]

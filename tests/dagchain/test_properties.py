@@ -27,7 +27,6 @@ from dagchain.blocks import Block, BlockHeader, compute_merkle_root, compute_tip
 from dagchain.chain import BlockStatus, Chain
 from dagchain.errors import InvalidBlock, MalformedBlock, Reason, RejectedBlock
 from dagchain.genesis import FAUCET_SECRET
-from dagchain.ledger import RootRecord, Utxo
 from dagchain.params import DEVNET
 from dagchain.pow import encode_compact
 from dagchain.sortition import is_tx_assigned
@@ -49,6 +48,7 @@ from tests.dagchain.builders import (
     registration_tx,
     secret_of,
 )
+from tests.dagchain.chainkit import Ledger, ledger_of
 
 PARAMS = DEVNET.replace(genesis_ms_target_bits=0x20040000, sortition_weighting="share")
 NOW = PARAMS.genesis_timestamp_ms + 10**9
@@ -165,37 +165,6 @@ def mine(
 
 
 # ------------------------------------------------------------------ comparable chain state
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """Everything a user can read of the best chain, except arrival-dependent bookkeeping."""
-
-    best_chain: tuple[BlockId, ...]
-    level_sets: tuple[tuple[tuple[BlockId, ...], bytes], ...]
-    ls_heights: tuple[tuple[BlockId, int | None], ...]
-    utxos: dict[tuple[bytes, int], Utxo]
-    roots: dict[BlockId, RootRecord]
-    pending: frozenset[BlockId]
-
-
-def ledger_of(chain: Chain, blocks: Sequence[BlockId]) -> Ledger:
-    sets = []
-    for ms in chain.best_chain():
-        delta = chain.level_set(ms)
-        assert delta is not None
-        sets.append((delta.order, delta.reasons))
-    return Ledger(
-        tuple(chain.best_chain()),
-        tuple(sets),
-        tuple((b, chain.ls_height(b)) for b in blocks),
-        chain.utxos(),
-        chain.roots(),
-        frozenset(chain.pending_blocks()),
-    )
-
-
-# ------------------------------------------------------------------ the DAG pool
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,12 @@ from dagchain.blocks import Block, compute_tips_root, make_block
 from dagchain.chain import BlockStatus, Chain
 from dagchain.errors import InvalidBlock, MalformedBlock, Reason, RejectedBlock
 from dagchain.genesis import FAUCET_SECRET
-from dagchain.ledger import RootRecord, Utxo
 from dagchain.params import DEVNET
 from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import Transaction, TxKind, TxOut, sign_transaction
 from dagchain.types import NULL_ID, Address, BlockId, TxId
 from tests.dagchain.builders import address_of_secret, build_block, grind, secret_of
-from tests.dagchain.chainkit import verdicts
+from tests.dagchain.chainkit import Ledger, ledger_of, store_rows, verdicts
 
 PARAMS = DEVNET.replace(genesis_ms_target_bits=0x20040000)
 NOW = PARAMS.genesis_timestamp_ms + 10**9
@@ -48,15 +47,6 @@ best-chain heights and S7 first children."""
 
 def new_chain() -> Chain:
     return Chain(PARAMS, MemoryStore())
-
-
-def store_rows(chain: Chain, prefixes: bytes | None = None) -> dict[bytes, bytes]:
-    store = chain.store
-    assert isinstance(store, MemoryStore)
-    snap = store.snapshot()
-    if prefixes is None:
-        return snap
-    return {k: v for k, v in snap.items() if k[:1] in prefixes}
 
 
 def deliver(chain: Chain, blocks: Sequence[Block]) -> None:
@@ -78,34 +68,6 @@ class Miner:
     @property
     def address(self) -> bytes:
         return address_of_secret(self.secret)
-
-
-@dataclass(frozen=True)
-class Ledger:
-    best_chain: tuple[BlockId, ...]
-    level_sets: tuple[tuple[tuple[BlockId, ...], bytes], ...]
-    ls_heights: tuple[tuple[BlockId, int | None], ...]
-    utxos: dict[tuple[bytes, int], Utxo]
-    roots: dict[BlockId, RootRecord]
-    pending: frozenset[BlockId]
-    rows: dict[bytes, bytes]
-
-
-def ledger_of(chain: Chain, blocks: Sequence[BlockId]) -> Ledger:
-    sets = []
-    for ms in chain.best_chain():
-        delta = chain.level_set(ms)
-        assert delta is not None
-        sets.append((delta.order, delta.reasons))
-    return Ledger(
-        tuple(chain.best_chain()),
-        tuple(sets),
-        tuple((b, chain.ls_height(b)) for b in blocks),
-        chain.utxos(),
-        chain.roots(),
-        frozenset(chain.pending_blocks()),
-        store_rows(chain, LEDGER_PREFIXES),
-    )
 
 
 class DagBuilder:
@@ -235,7 +197,7 @@ def build_dag(seed: int, size: int, n_miners: int) -> Dag:
             break
         b.mine(rng.choice(b.miners), want=True)
     ids = [blk.id for blk in b.blocks]
-    return Dag(tuple(b.blocks), ledger_of(b.chain, ids))
+    return Dag(tuple(b.blocks), ledger_of(b.chain, ids, LEDGER_PREFIXES))
 
 
 DAG_SHAPES = [(seed, 16 + 4 * (seed % 5), 3 + seed % 4) for seed in range(8)]
@@ -280,7 +242,7 @@ def test_v2_total_order_and_ledger_ignore_delivery_order(data: st.DataObject) ->
     ids = [blk.id for blk in dag.blocks]
     assert [b for b in ids if not chain.has_block(b)] == []
     assert len(chain.orphans) == 0
-    assert ledger_of(chain, ids) == dag.reference
+    assert ledger_of(chain, ids, LEDGER_PREFIXES) == dag.reference
 
 
 # ------------------------------------------------------------------ (b) refusals change nothing
@@ -548,7 +510,7 @@ def test_v2_reorg_to_heavier_fork_and_back_restores_the_ledger(
     deliver(fresh, run.main)
     assert run.chain.best_id == fresh.best_id
     ids = [blk.id for blk in run.main]
-    expected = ledger_of(fresh, ids)
-    got = ledger_of(run.chain, ids)
+    expected = ledger_of(fresh, ids, LEDGER_PREFIXES)
+    got = ledger_of(run.chain, ids, LEDGER_PREFIXES)
     assert got == replace(expected, pending=expected.pending | {blk.id for blk in run.side})
     assert all(run.chain.ls_height(blk.id) is None for blk in run.side)
