@@ -51,7 +51,9 @@ _PR_SET_PDEATHSIG = 1
 def die_with_parent() -> None:
     """``preexec_fn`` of every process a test starts: the kernel SIGKILLs the child when the
     test process dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``), so an interrupted run
-    leaves no daemon behind; ``start_new_session`` keeps the terminal's signals off it."""
+    leaves no daemon behind; ``start_new_session`` keeps the terminal's signals off it. The
+    signal follows the *thread* that forked: start processes from a thread that outlives them
+    (the test's own)."""
     import ctypes  # in the child, between fork and exec
 
     libc = ctypes.CDLL(None, use_errno=True)
