@@ -20,9 +20,9 @@ from dagchain.chain import BlockStatus, Chain
 from dagchain.storage import KVStore, WriteBatch
 from dagchain.storage.leveldb import LevelDBStore
 from dagchain.storage.memory import MemoryStore
-from tests.dagchain.chainkit import ledger_state
+from tests.dagchain.chainkit import ledger_of, ledger_state
 from tests.dagchain.test_forkchoice import two_branch_node
-from tests.dagchain.test_properties import NOW, PARAMS, build_dag, dag_pool, ledger_of
+from tests.dagchain.test_properties import NOW, PARAMS, build_dag, dag_pool
 
 
 def open_chain(path: Path, window: int | None = None) -> Chain:
