@@ -63,6 +63,19 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def spawn(cmd: Sequence[str], log: Any) -> "subprocess.Popen[bytes]":
+    """Start a program of the repo (cwd ``REPO_ROOT``) with stdout and stderr into ``log`` (an
+    open binary file), in its own session, killed by the kernel if this process dies."""
+    return subprocess.Popen(
+        list(cmd),
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
     """Poll ``predicate`` until it is truthy; raise AssertionError naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
@@ -155,14 +168,7 @@ class NodeProcess:
         self._log_file = self.log_path.open("ab")
         self._log_file.write(f"\n===== start {' '.join(self.command())}\n".encode())
         self._log_file.flush()
-        self.process = subprocess.Popen(
-            self.command(),
-            cwd=REPO_ROOT,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
+        self.process = spawn(self.command(), self._log_file)
         if wait:
             wait_until(self.is_up, STARTUP_TIMEOUT_S, f"{self.name} to answer /v1/status")
 

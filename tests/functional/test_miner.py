@@ -18,11 +18,10 @@ from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
 from dagchain.params import DEVNET
 from dagchain.transactions import TxKind
 from tests.functional.framework import (
-    REPO_ROOT,
     BlockFactory,
     NodeProcess,
     TestNetwork,
-    die_with_parent,
+    spawn,
     wait_until,
 )
 
@@ -63,14 +62,7 @@ class MinerProcess:
         ]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            cmd,
-            cwd=REPO_ROOT,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
+        self.process = spawn(cmd, log_file)
         log_file.close()
 
     def wait(self, timeout: float) -> int:

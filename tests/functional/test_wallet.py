@@ -33,7 +33,7 @@ from tests.functional.framework import (
     ApiError,
     NodeProcess,
     TestNetwork,
-    die_with_parent,
+    spawn,
     wait_until,
 )
 
@@ -58,14 +58,7 @@ class Miner:
             *("--rate", str(rate), "--status-interval", "5"),
         ]
         with self.log_path.open("ab") as out:
-            self.process = subprocess.Popen(
-                cmd,
-                cwd=REPO_ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
+            self.process = spawn(cmd, out)
 
     def stop(self) -> None:
         if self.process.poll() is None:
