@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.functional.framework import REPO_ROOT, wait_until
@@ -64,4 +63,3 @@ def test_node_dies_when_the_test_process_is_sigkilled(tmp_path: Path) -> None:
             parent.stdout.close()
         if node_pid and _alive(node_pid):
             os.kill(node_pid, signal.SIGKILL)
-            time.sleep(0.1)
