@@ -227,12 +227,19 @@ class Relay:
     def on_inv(self, key: str, msg: wire.Inv, now_ms: int, synced: bool = True) -> list[Send]:
         """P11: getdata what we lack from its first announcer; later announcers queue up.
 
-        Blocks are not fetched before initial sync ends (``synced``, P10).
+        Before initial sync ends (``synced``, P10) nothing is fetched, txs included (their
+        inputs are not in our ledger yet, §7.5's missing-input cap would score honest peers);
+        the announcer is only noted as knowing the items. The 30-60 s re-announcement brings
+        the txs again after the sync.
         """
         peer = self.peers.get(key)
         if peer is None:
             return []
         known = peer.known
+        if not synced:
+            for _, item in msg.items:
+                known.add(item)
+            return []
         add, inv, fetcher = known.add, self.inventory, self.fetcher
         has_tx, forget, queued = inv.has_tx, self._forget, self._queued
         ids, size = known.ids, self.settings.known_inventory_size
@@ -260,7 +267,7 @@ class Relay:
                         add(item)
                     continue
                 add(item)
-                if synced and fetcher.on_announce(item, key, now_ms):
+                if fetcher.on_announce(item, key, now_ms):
                     want.append(pair)
             else:
                 add(item)

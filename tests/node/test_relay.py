@@ -172,10 +172,18 @@ def test_a_tx_is_fetched_from_its_first_announcer_only() -> None:
     ]
 
 
-def test_inv_for_a_block_before_initial_sync_is_not_fetched() -> None:
+def test_an_inv_before_initial_sync_is_ignored() -> None:
+    """P10: until initial sync ends, relayed ``inv`` are ignored, tx items included: a node
+    with no ledger yet would find every announced tx missing its inputs and score honest peers
+    beyond 100 a minute (found by a late-joining node in the simulator)."""
     relay, _ = _relay(1)
     assert relay.on_inv("p0", wire.Inv(((BLOCK, _id(1)),)), 0, synced=False) == []
-    assert relay.on_inv("p0", wire.Inv(((TX, _id(2)),)), 0, synced=False) != []
+    assert relay.on_inv("p0", wire.Inv(((TX, _id(2)),)), 0, synced=False) == []
+    assert relay.busy is False  # nothing queued for later either
+    # once synced, the same announcement is fetched (it was not remembered as known)
+    assert relay.on_inv("p0", wire.Inv(((TX, _id(2)),)), 1, synced=True) == [
+        ("p0", wire.GetData(((TX, _id(2)),)))
+    ]
 
 
 def test_items_we_have_are_not_fetched() -> None:
