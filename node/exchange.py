@@ -3,8 +3,10 @@
 :class:`Exchange` drives the sans-I/O :class:`node.relay.Relay` and
 :class:`node.syncsession.SyncSession` with the node's messages and clock, hands their blocks and
 txs to :class:`NodeService`, and carries out what they return through :class:`Links` (the
-connections of :class:`node.peers.PeerManager`). Its one piece of I/O is the signature worker
-pool of :mod:`node.verifypool`.
+connections of :class:`node.peers.PeerManager`, or the simulator's links). No I/O: the signature
+worker pool of :mod:`node.verifypool` comes in as a :class:`Verifier` (the daemon's), or none
+(:class:`NoVerifier`: every check stays in ``Chain.on_block``), so the simulator's late-joining
+nodes run this same exchange.
 """
 
 import logging
@@ -17,12 +19,15 @@ from node import gossip, wire
 from node.intake import Penalty, take_block, take_tx
 from node.relay import Relay, Send
 from node.service import NodeEvent, NodeService
-from node.syncsession import ServiceView, SyncSession, SyncStep, apply_ready
-from node.verifypool import VerifyPool
+from node.syncsession import ServiceView, SyncSession, SyncStep, apply_ready, serve
 
 log = logging.getLogger(__name__)
 
 BLOCK = int(wire.InvKind.BLOCK)
+MAINTENANCE_MS = 250
+"""The exchange's timers run every 250 ms (tx batches, announcer moves, P6 deadlines)."""
+ORPHAN_SWEEP_MS = 1_000
+"""P13: the orphan parent sweep runs once a second."""
 
 
 class Links(Protocol):
@@ -41,6 +46,48 @@ class Links(Protocol):
         ...
 
 
+class Verifier(Protocol):
+    """Signature checks of complete level sets ahead of their turn (P9; node.verifypool)."""
+
+    def start(
+        self, jobs: Iterable[tuple[bytes, list[bytes]]], on_done: Callable[[bytes], None]
+    ) -> None:
+        """Check each new (milestone id, raws); ``on_done(ms)`` once answered."""
+        ...
+
+    def ready(self, ms: bytes) -> bool:
+        """No check of this level set is still running."""
+        ...
+
+    def take(self, ms: bytes) -> list[bytes]:
+        """The txids that passed (forgotten afterwards)."""
+        ...
+
+    def drop(self) -> None:
+        """Forget every check (the sync plan was reset)."""
+        ...
+
+
+class NoVerifier:
+    """No worker: every level set may be applied at once, every check stays in ``on_block``."""
+
+    def start(
+        self, jobs: Iterable[tuple[bytes, list[bytes]]], on_done: Callable[[bytes], None]
+    ) -> None:
+        """Check nothing."""
+
+    def ready(self, ms: bytes) -> bool:
+        """Always ready."""
+        return True
+
+    def take(self, ms: bytes) -> list[bytes]:
+        """Nothing passed ahead of time."""
+        return []
+
+    def drop(self) -> None:
+        """Nothing to forget."""
+
+
 class Exchange:
     """Relay (P11, P13) and sync (P5, P7-P10) of one node.
 
@@ -49,7 +96,7 @@ class Exchange:
         links: The connections.
         seeds_tried: P10 (a): every seed was dialed once.
         rng: Picks push targets and re-announce times.
-        verify_workers: Signature worker processes for initial sync (0: none).
+        verifier: Signature checks of initial sync ahead of time (None: :class:`NoVerifier`).
         stale_filter: P14: drop relayed blocks with a milestone link ``punctuality`` below our
             best.
         on_ready: Called once, when initial sync ends.
@@ -61,7 +108,7 @@ class Exchange:
         links: Links,
         seeds_tried: Callable[[], bool],
         rng: random.Random,
-        verify_workers: int,
+        verifier: Verifier | None = None,
         stale_filter: bool = True,
         on_ready: Callable[[], None] | None = None,
     ) -> None:
@@ -71,7 +118,7 @@ class Exchange:
         self.on_ready = on_ready
         self.view = ServiceView(service, links.ready_keys, seeds_tried)
         self.relay = Relay(self.view, rng)
-        self.verifier = VerifyPool(service.params, verify_workers)
+        self.verifier: Verifier = verifier if verifier is not None else NoVerifier()
         self.sync = SyncSession(self.view, on_reset=self.verifier.drop)
         self.stopping = False
         self._applying_sync = False
@@ -148,6 +195,17 @@ class Exchange:
         else:
             return False
         return True
+
+    def answer(self, key: str, msg: wire.Message) -> None:
+        """Answer ``getmilestones``, ``getlevelset`` or ``getpending`` (P7-P9)."""
+        reply = serve(self.service, msg)
+        if reply is not None:
+            self.links.send_to(key, reply)
+
+    @property
+    def applying_sync(self) -> bool:
+        """True while downloaded level sets go to the core (their events are not relayed, P9)."""
+        return self._applying_sync
 
     def _on_block(self, key: str, raw: bytes, now: int) -> None:
         block_id = gossip.block_frame_id(raw)
@@ -266,4 +324,4 @@ class Exchange:
             self.do(self.sync.restart(self.now_ms()))
 
 
-__all__ = ["Exchange", "Links"]
+__all__ = ["MAINTENANCE_MS", "ORPHAN_SWEEP_MS", "Exchange", "Links", "NoVerifier", "Verifier"]

@@ -24,12 +24,13 @@ from node import gossip, wire
 from node.addrbook import FILE_NAME, AddrBook
 from node.addrgossip import AddrGossip
 from node.dialer import Addr, Dialer
-from node.exchange import Exchange
+from node.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
 from node.p2psettings import P2PSettings
 from node.peer import Direction, FrameCounts, Peer, WebSocket
 from node.relay import Relay, Send
 from node.service import NodeService
-from node.syncsession import SyncSession, serve
+from node.syncsession import SyncSession
+from node.verifypool import VerifyPool
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ AGENT = "dagchain-node/0.1"
 DIAL_INTERVAL_S = 1.0
 ADDRBOOK_SAVE_S = 900.0
 MAX_INBOUND_PER_IP = 4
-MAINTENANCE_S = 0.25
-ORPHAN_SWEEP_S = 1.0
+MAINTENANCE_S = MAINTENANCE_MS / 1000
+ORPHAN_SWEEP_S = ORPHAN_SWEEP_MS / 1000
 
 
 def _is_loopback(host: str) -> bool:
@@ -73,12 +74,13 @@ class PeerManager:
         self.peers: dict[str, Peer] = {}
         self.bans = gossip.BanList()
         self.dialer = Dialer(s)
+        self.verifier = VerifyPool(service.params, s.verify_workers)
         self.exchange = Exchange(
             service,
             self,
             self.dialer.tried_all,
             random.Random(os.urandom(16)),
-            s.verify_workers,
+            self.verifier,
             s.stale_relay_filter,
             on_ready,
         )
@@ -138,7 +140,7 @@ class PeerManager:
         await self._close_peers()
         if self._session is not None:
             await self._session.close()
-        await self.exchange.verifier.close()
+        await self.verifier.close()
         self.addrbook.save()
 
     async def _close_peers(self) -> None:
@@ -413,9 +415,7 @@ class PeerManager:
         elif isinstance(msg, wire.TxMsg):
             self.exchange.on_tx(key, msg.data, peer.missing_inputs, now)
         elif isinstance(msg, (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)):
-            answer = serve(self.service, msg)
-            if answer is not None:
-                peer.send(answer)
+            self.exchange.answer(key, msg)
         else:
             self.exchange.on_message(key, msg, now)
 

@@ -28,6 +28,7 @@ NODE_PURE = frozenset(
         "node.relay",
         "node.sync",
         "node.syncsession",
+        "node.exchange",
         "node.addrgossip",
         "node.dialer",
         "node.intake",
