@@ -19,6 +19,9 @@ What a relay-only node does:
   what it accepted, and a waiting block's missing link is asked of its supplier; with
   ``"push-all"`` it pushes each item to every neighbour, as before.
 
+A late node (``network.late_nodes``) never syncs from it: its ``hello`` claims genesis, and a
+sync request gets the answers of a node that has nothing past genesis.
+
 What it does not do: check any rule (PoW, links, punctuality, signatures, ledger) or keep a
 mempool. In an honest run every mined block is valid, so block propagation is the same as with
 full nodes; a tx a full node would drop (it spends an output already spent in its best chain,
@@ -93,6 +96,23 @@ class RelayNode:
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
         """Relay messages from neighbour ``src``."""
         self.port.on_frames(src, msgs)
+
+    def claim(self) -> tuple[bytes, int, int]:
+        """What its ``hello`` claims: genesis (it keeps no chain, so it cannot serve a sync)."""
+        return self._genesis, 0, 0
+
+    def connect(self, peer: int) -> None:
+        """A late node ``peer`` joined: a ready peer now (no pool to announce)."""
+        self.port.connect(peer, ())
+
+    def serve_sync(self, msg: wire.Message) -> wire.Message | None:
+        """A sync request (a late node): answered as by a node holding only genesis, so the
+        round ends at once (P9). No ``getlevelset`` comes: it lists no milestone."""
+        if isinstance(msg, wire.GetMilestones):
+            return wire.Milestones(())
+        if isinstance(msg, wire.GetPending):
+            return wire.Pending(())
+        return None
 
     def relay_block(self, block_id: BlockId, raw: bytes) -> None:
         """Hub: relay an accepted block the node's way (P11)."""

@@ -44,6 +44,11 @@ class NetworkConfig(_Table):
     relay: Literal["node", "push-all"] = "node"
     """``node``: every node runs node/relay.py (P11 push/inv, 250 ms tx inv batches, getdata);
     ``push-all``: every item pushed to every neighbour (the simulator's earlier model)."""
+    late_nodes: int = Field(default=0, ge=0)
+    """The last ``late_nodes`` full nodes are offline until ``late_join_s``, then join and catch
+    up with the node's own sync session (P5, P7-P10; simulator/late_node.py)."""
+    late_join_s: float = Field(default=0.0, ge=0)
+    """When the late nodes join (simulated seconds, before ``duration_s``)."""
 
     @field_validator("delay")
     @classmethod
@@ -164,6 +169,12 @@ class Scenario(_Table):
         full = self.network.full_nodes
         return self.nodes if full == 0 else min(self.nodes, full)
 
+    @property
+    def late_nodes(self) -> range:
+        """Indices of the late-joining full nodes (the last ``network.late_nodes`` full ones)."""
+        full = self.full_nodes
+        return range(full - min(full, self.network.late_nodes), full)
+
     def honest_shares(self) -> list[float]:
         """Hash share of each honest mining node; they sum to 1 - attack.share."""
         n = self.mining_nodes
@@ -271,12 +282,37 @@ def build_scenario(data: dict[str, Any]) -> Scenario:
             )
         if attack.share <= 0:
             raise ScenarioError(f"attack.kind = {attack.kind} needs attack.share > 0")
+    _check_late_nodes(scenario)
     if scenario.full_nodes < scenario.mining_nodes:
         raise ScenarioError(
             f"network.full_nodes = {scenario.network.full_nodes} is fewer than the "
             f"{scenario.mining_nodes} mining nodes (miners and the observer run the full core)"
         )
     return scenario
+
+
+def _check_late_nodes(scenario: Scenario) -> None:
+    net = scenario.network
+    if net.late_nodes == 0:
+        return
+    if net.relay != "node":
+        raise ScenarioError(
+            'network.late_nodes needs network.relay = "node" (the sync session is the node\'s)'
+        )
+    if scenario.attack.kind != "none":
+        raise ScenarioError("network.late_nodes cannot be combined with attack.kind")
+    on_time = scenario.full_nodes - net.late_nodes
+    if on_time < scenario.mining_nodes or on_time < 1:
+        raise ScenarioError(
+            f"network.late_nodes = {net.late_nodes} leaves {max(on_time, 0)} full nodes online "
+            f"from the start, fewer than the {scenario.mining_nodes} mining nodes (the late "
+            "nodes are the last full nodes and do not mine)"
+        )
+    if not 0 < net.late_join_s < scenario.duration_s:
+        raise ScenarioError(
+            f"network.late_join_s = {net.late_join_s} must be after 0 and before duration_s "
+            f"({scenario.duration_s})"
+        )
 
 
 def load_scenario(path: Path | None, overrides: Sequence[str] = (), **fields: Any) -> Scenario:

@@ -17,6 +17,7 @@ suppresses a push to a neighbour that holds the item or has a copy in flight tha
 
 import math
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Protocol, final
 
 from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
@@ -29,7 +30,10 @@ from dagchain.pool_policy import follow_reorg
 from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
 from node import gossip, wire
+from node.exchange import MAINTENANCE_MS
 from node.relay import Inventory, Relay, RelaySettings, Send
+from node.service import NodeService
+from node.syncsession import serve
 from simulator.engine import Engine
 from simulator.knowledge import Knowledge, node_ids
 from simulator.network import Network
@@ -43,6 +47,14 @@ class FrameReceiver(Protocol):
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
         """Messages sent together by ``src`` arrive."""
 
+    def claim(self) -> tuple[bytes, int, int]:
+        """(best milestone, height, chainwork) its ``hello`` would claim."""
+        ...
+
+    def connect(self, peer: int) -> None:
+        """Late node ``peer`` joined: the link to it is up (P4 done)."""
+        ...
+
 
 class Hub(Protocol):
     """What a node needs from the simulation: the clock, relay, and event sinks."""
@@ -52,6 +64,11 @@ class Hub(Protocol):
     engine: Engine
     network: Network
     streams: RngStreams
+
+    @property
+    def offline(self) -> AbstractSet[int]:
+        """Nodes not yet joined (``network.late_nodes``): no link to them is up."""
+        ...
 
     @property
     def nodes(self) -> Sequence[FrameReceiver]: ...
@@ -86,6 +103,7 @@ class SimNode:
 
     __slots__ = (
         "_port",
+        "_service",
         "chain",
         "decoder",
         "hub",
@@ -139,6 +157,7 @@ class SimNode:
         self.readded_txs = 0
         """Txs of undone level sets that went back into the pool (§7.5, v2)."""
         self._port: RelayPort | None = None
+        self._service: NodeService | None = None
 
     # ------------------------------------------------------------------ relay (network.relay)
     @property
@@ -148,6 +167,24 @@ class SimNode:
         if port is None:
             port = self._port = RelayPort(self, self.hub)
         return port
+
+    def claim(self) -> tuple[bytes, int, int]:
+        """What this node's ``hello`` would claim: (best milestone, height, chainwork)."""
+        chain = self.chain
+        return chain.best_id, chain.best_height, chain.best_snapshot.chainwork
+
+    def connect(self, peer: int) -> None:
+        """A late node ``peer`` joined (P4 done): announce our pool to it (P11)."""
+        txids = [bytes(t) for t in self.mempool.txids_by_fee_rate()]
+        self.port.connect(peer, txids)
+
+    def serve_sync(self, msg: wire.Message) -> wire.Message | None:
+        """Answer a late node's ``getmilestones``/``getlevelset``/``getpending`` (P7-P9) as the
+        node does (:func:`node.syncsession.serve` over a :class:`NodeService` of our chain)."""
+        service = self._service
+        if service is None:
+            service = self._service = NodeService(self.params, self.chain, self.mempool, self.now)
+        return serve(service, msg)
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
         """Relay messages from neighbour ``src``."""
@@ -244,8 +281,8 @@ class SimNode:
 # ---------------------------------------------------------------------------- the node's relay
 SIM_RELAY = RelaySettings(forget_relayed=True)
 """The protocol's numbers; ``forget_relayed`` keeps thousands of links' inventories small."""
-TICK_MS = 250.0
-"""The relay's maintenance timer (node/peers.py ``MAINTENANCE_S``)."""
+TICK_MS = float(MAINTENANCE_MS)
+"""The relay's maintenance timer (node/exchange.py ``MAINTENANCE_MS``)."""
 _KEYS: list[str] = []
 _TXIDS: dict[bytes, TxId] = {}
 """A tx's bytes -> its id: every node gets the same bytes object, whose hash Python caches,
@@ -310,6 +347,49 @@ def _framed(length: int) -> int:
     return length + (2 if length < 126 else 4 if length < 65_536 else 10)
 
 
+def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
+    """Carry node ``src``'s messages over the simulated network, grouped by neighbour in
+    first-send order: one event per neighbour, the sum of their frame sizes on the uplink."""
+    if not sends:
+        return
+    nodes, network, engine = hub.nodes, hub.network, hub.engine
+    now, index = engine.now_ms, _INDEX
+    tally = network.sent_by_type
+    if tally is not None:
+        for _, msg in sends:
+            tally[(src, msg.TYPE)] += 1
+    if len(sends) == 1:
+        key, msg = sends[0]
+        dst = index[key]
+        at = network.transmit(src, dst, frame_size(msg), 1, now)
+        engine.schedule_at(at, nodes[dst].on_frames, src, (msg,))
+        return
+    if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (tx invs)
+        transmit, schedule = network.transmit, engine.schedule_at
+        for key, msg in sends:
+            dst = index[key]
+            at = transmit(src, dst, frame_size(msg), 1, now)
+            schedule(at, nodes[dst].on_frames, src, (msg,))
+        return
+    by_peer: dict[str, list[wire.Message]] = {}
+    for key, msg in sends:
+        found = by_peer.get(key)
+        if found is None:
+            by_peer[key] = [msg]
+        else:
+            found.append(msg)
+    for key, msgs in by_peer.items():
+        dst = index[key]
+        if len(msgs) == 1:
+            size = frame_size(msgs[0])
+        else:
+            size = 0
+            for msg in msgs:
+                size += frame_size(msg)
+        at = network.transmit(src, dst, size, len(msgs), now)
+        engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
+
+
 class RelayOwner(Inventory, Protocol):
     """The node a port serves: its inventory, and where received blocks and txs go."""
 
@@ -320,6 +400,11 @@ class RelayOwner(Inventory, Protocol):
 
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None: ...
 
+    def serve_sync(self, msg: wire.Message) -> wire.Message | None: ...
+
+
+_SYNC_REQUESTS = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
+
 
 @final
 class RelayPort:
@@ -329,7 +414,8 @@ class RelayPort:
     relay, hand blocks and txs to the node, send what the relay returns (the messages for one
     neighbour from one step travel together: one event, the sum of their frame sizes on the
     uplink), and run the 250 ms maintenance timer (at a per-node phase) while the relay has work.
-    Every neighbour is a ready peer from the start.
+    Every neighbour is a ready peer from the start, but for a late node (``hub.offline``),
+    which becomes one when it joins (:meth:`connect`).
     """
 
     __slots__ = ("_armed", "_index", "_phase", "engine", "hub", "network", "owner", "relay")
@@ -342,8 +428,10 @@ class RelayPort:
         self._index = index = owner.index
         rng = hub.streams.stream(f"relay:{index}")
         self.relay = Relay(owner, rng, SIM_RELAY)
+        offline = hub.offline
         for link in hub.network.neighbours[index]:
-            self.relay.add_peer(peer_key(link.peer))
+            if link.peer not in offline:
+                self.relay.add_peer(peer_key(link.peer))
         self._phase = rng.random() * TICK_MS
         self._armed = False
 
@@ -379,8 +467,21 @@ class RelayPort:
                 owner.on_deliver_block(BlockId(block_id), raw, src)
             elif kind is wire.NotFound:
                 out += relay.on_notfound(key, msg, now).sends  # type: ignore[arg-type]
+            elif kind in _SYNC_REQUESTS:  # from a late node catching up (P7-P9)
+                answer = owner.serve_sync(msg)
+                if answer is not None:
+                    out.append((key, answer))
         if out:
             self.send(out)
+        if not self._armed:
+            self._arm()
+
+    def connect(self, peer: int, txids: Sequence[bytes]) -> None:
+        """Late node ``peer`` joined: a ready peer now; announce ``txids`` (our pool) to it."""
+        key = peer_key(peer)
+        relay = self.relay
+        relay.add_peer(key)
+        self.send(relay.announce_pool(key, txids, self.now()))
         if not self._armed:
             self._arm()
 
@@ -402,44 +503,7 @@ class RelayPort:
 
     def send(self, sends: Sequence[Send]) -> None:
         """Carry the relay's messages, grouped by neighbour in first-send order."""
-        if not sends:
-            return
-        nodes, network, engine, src = self.hub.nodes, self.network, self.engine, self._index
-        now, index = engine.now_ms, _INDEX
-        tally = network.sent_by_type
-        if tally is not None:
-            for _, msg in sends:
-                tally[(src, msg.TYPE)] += 1
-        if len(sends) == 1:
-            key, msg = sends[0]
-            dst = index[key]
-            at = network.transmit(src, dst, frame_size(msg), 1, now)
-            engine.schedule_at(at, nodes[dst].on_frames, src, (msg,))
-            return
-        if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (tx invs)
-            transmit, schedule = network.transmit, engine.schedule_at
-            for key, msg in sends:
-                dst = index[key]
-                at = transmit(src, dst, frame_size(msg), 1, now)
-                schedule(at, nodes[dst].on_frames, src, (msg,))
-            return
-        by_peer: dict[str, list[wire.Message]] = {}
-        for key, msg in sends:
-            found = by_peer.get(key)
-            if found is None:
-                by_peer[key] = [msg]
-            else:
-                found.append(msg)
-        for key, msgs in by_peer.items():
-            dst = index[key]
-            if len(msgs) == 1:
-                size = frame_size(msgs[0])
-            else:
-                size = 0
-                for msg in msgs:
-                    size += frame_size(msg)
-            at = network.transmit(src, dst, size, len(msgs), now)
-            engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
+        send_frames(self.hub, self._index, sends)
 
     def _arm(self) -> None:
         if self._armed or not self.relay.busy:
@@ -471,4 +535,5 @@ __all__ = [
     "SimNode",
     "frame_size",
     "peer_key",
+    "send_frames",
 ]

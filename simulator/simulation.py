@@ -20,8 +20,9 @@ from dagchain.types import BlockId, TxId
 from simulator import adversary
 from simulator.engine import Engine
 from simulator.knowledge import Knowledge
+from simulator.late_node import LateNode
 from simulator.load import TxLoad
-from simulator.metrics import DIGITS, Recorder, block_rows, compute_metrics
+from simulator.metrics import DIGITS, Recorder, block_rows, compute_metrics, summary
 from simulator.mining import Miner
 from simulator.multi_root import MultiRootMiner
 from simulator.network import Network
@@ -84,18 +85,25 @@ class Simulation:
         self.known_blocks = Knowledge(scenario.nodes)
         self.known_txs = Knowledge(scenario.nodes)
         full = scenario.full_nodes
+        late = scenario.late_nodes
+        self.offline: set[int] = set(late)
+        """Late nodes not joined yet (``network.late_nodes``): no link to them is up."""
         self.rows = RowInterner() if share_rows else None
         """One object per distinct store key and value of the full nodes (simulator/store.py)."""
-        self.full_nodes = [SimNode(i, params, self, caches, self.rows) for i in range(full)]
+        self.full_nodes = [SimNode(i, params, self, caches, self.rows) for i in range(late.start)]
+        self.late_nodes = [LateNode(i, params, self, caches, self.rows) for i in late]
+        """Full nodes that join at ``network.late_join_s`` and catch up (simulator/late_node.py)."""
         self.observer = self.full_nodes[OBSERVER]
         relay_accepted = Knowledge(scenario.nodes - full)
         genesis = self.observer.chain.genesis_id
-        self.nodes: list[SimNode | RelayNode] = [
+        relay_only = [
+            RelayNode(i, self, caches[1], relay_accepted, genesis)
+            for i in range(full, scenario.nodes)
+        ]
+        self.nodes: list[SimNode | LateNode | RelayNode] = [
             *self.full_nodes,
-            *(
-                RelayNode(i, self, caches[1], relay_accepted, genesis)
-                for i in range(full, scenario.nodes)
-            ),
+            *self.late_nodes,
+            *relay_only,
         ]
         self._node_relay = net.relay == "node"
         """``network.relay``: the nodes run node/relay.py (else every item is pushed to all)."""
@@ -138,7 +146,7 @@ class Simulation:
         self.load = TxLoad(
             scenario.load.tps,
             scenario.load.tx_bytes,
-            self.nodes,
+            [*self.full_nodes, *relay_only],  # a late node is offline at first: no entry
             self.observer,
             params,
             self.engine,
@@ -310,6 +318,8 @@ class Simulation:
         for miner in self.miners.values():
             miner.start()
         self.load.start()
+        if self.late_nodes:
+            self.engine.schedule_at(self.scenario.network.late_join_s * 1000.0, self._join_late)
         duration_ms = self.scenario.duration_s * 1000.0
         with _rare_gc():
             if self.attacker is None:
@@ -354,6 +364,36 @@ class Simulation:
         rows = block_rows(self.recorder, self.observer.chain, len(self.nodes))
         return RunResult(metrics, rows, events, wall)
 
+    def _join_late(self) -> None:
+        """``network.late_join_s``: the late nodes come online and start their sync."""
+        height = self.observer.chain.best_height
+        for node in self.late_nodes:
+            self.offline.discard(node.index)
+            node.target_height = height
+            node.join()
+
+    def _late_metrics(self) -> dict[str, Any]:
+        """``late_join`` of metrics.json: how the late nodes caught up."""
+        best = self.observer.chain.best_id
+        join_ms = self.scenario.network.late_join_s * 1000.0
+        late = self.late_nodes
+        synced = [(n.synced_ms - join_ms) / 1000.0 for n in late if n.synced_ms is not None]
+        caught = [(n.caught_up_ms - join_ms) / 1000.0 for n in late if n.caught_up_ms is not None]
+        return {
+            "nodes": len(late),
+            "join_s": self.scenario.network.late_join_s,
+            "height_at_join": late[0].target_height,
+            "caught_up": len(caught),
+            "catch_up_s": summary(caught, (0.5, 1.0)),
+            "synced": len(synced),
+            "sync_s": summary(synced, (0.5, 1.0)),
+            "at_observer_best": sum(1 for n in self.late_nodes if n.chain.best_id == best),
+            "blocks_from_sync": sum(n.synced_blocks for n in self.late_nodes),
+            "blocks_from_relay": sum(n.relayed_blocks for n in self.late_nodes),
+            "penalty_points": sum(sum(n.penalties.values()) for n in self.late_nodes),
+            "sync_rounds_unbacked": sum(n.exchange.sync.unbacked_rounds for n in self.late_nodes),
+        }
+
     def _run_attack(
         self, duration_ms: float, progress: Callable[[float], None] | None = None
     ) -> None:
@@ -385,7 +425,8 @@ class Simulation:
             for root in self.multi_root.roots:
                 roots[root] = "attacker"
         pooled: set[bytes] = set()
-        for node in self.full_nodes:
+        full: list[SimNode | LateNode] = [*self.full_nodes, *self.late_nodes]
+        for node in full:
             pooled.update(node.mempool.txids_by_fee_rate())
         known = self.known_txs
 
@@ -405,6 +446,8 @@ class Simulation:
         relay_only = len(self.nodes) - len(self.full_nodes)
         if relay_only:  # absent when every node is full: older outputs keep their bytes
             metrics["relay_only_nodes"] = relay_only
+        if self.late_nodes:
+            metrics["late_join"] = self._late_metrics()
         return metrics
 
 

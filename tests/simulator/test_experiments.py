@@ -33,10 +33,13 @@ def is_sweep(path: Path) -> bool:
 
 
 def tiny_for(path: Path) -> list[str]:
-    """TINY, but a file with explicit ``miners.shares`` keeps its miners (nodes >= miners)."""
+    """TINY, but a file with explicit ``miners.shares`` keeps its miners (nodes >= miners), and
+    one with late nodes keeps one, joining at 2 s."""
     data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     if "base" in data:
         data = tomllib.loads((path.parent / data["base"]).read_text(encoding="utf-8"))
+    if data.get("network", {}).get("late_nodes"):  # one late node, joining mid-run
+        return [*TINY, "nodes=5", "network.late_nodes=1", "network.late_join_s=2"]
     shares = data.get("miners", {}).get("shares", [])
     if not shares:
         return TINY

@@ -1,0 +1,306 @@
+"""LateNode: a full node that joins the network late and catches up (``network.late_nodes``).
+
+It is the node's own peer-to-peer side with the sockets taken out: a
+:class:`node.service.NodeService` (the chain and the mempool, the §7.5 pool policy) driven by
+:class:`node.exchange.Exchange`, the same object ``node/peers.py`` drives, so its relay
+(P11/P13) and its sync session (P5 peer choice, P7 locator, P8 header checks, P9 level-set
+paging with 8 in flight, P6 timeouts, P10's end of initial sync) are the node's code, not a
+model of it. This module is only the shell: it carries the exchange's messages over the
+simulated network (:func:`simulator.sim_node.send_frames`), dispatches received frames as
+``PeerManager._dispatch`` does, and runs the 250 ms maintenance timer while the exchange has
+work.
+
+Until it joins, no link to it is up (``Hub.offline``). At the join time each of its links completes
+a handshake: the neighbour adds it as a ready peer and announces its pool (P11), and it adds the
+neighbour with the best milestone the neighbour's ``hello`` would claim (a relay-only neighbour
+claims genesis). Initial sync then runs against the neighbour claiming the most work.
+
+Metrics: blocks it accepts by relay count for propagation like any node's; blocks it applies from
+a sync are not propagation (they are old) and are counted apart (``late_join`` in metrics.json).
+"""
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import final
+
+from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
+from dagchain.chain import Chain
+from dagchain.mempool import Mempool
+from dagchain.params import ConsensusParams
+from dagchain.types import BlockId, TxId
+from node import gossip, wire
+from node.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
+from node.relay import Send
+from node.service import NodeEvent, NodeService
+from simulator.knowledge import node_ids
+from simulator.sim_node import Hub, peer_key, send_frames
+from simulator.store import RowInterner, SimStore
+
+log = logging.getLogger(__name__)
+
+_SYNC_REQUESTS = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
+
+
+@final
+class LateNode:
+    """One late-joining full node (index ``index``); see the module doc.
+
+    Args:
+        index: Its node index.
+        params: The consensus parameters.
+        hub: The simulation.
+        caches: The caches shared by the full nodes (as :class:`simulator.sim_node.SimNode`).
+        rows: The shared store-row interner.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        params: ConsensusParams,
+        hub: Hub,
+        caches: tuple[SignatureCache, DecodeCache, LevelSetCache],
+        rows: RowInterner | None,
+    ) -> None:
+        self.index = node_ids(index + 1)[index]
+        self.params = params
+        self.hub = hub
+        sig_cache, decode_cache, ls_cache = caches
+        self.chain = Chain(
+            params,
+            SimStore(rows),
+            signature_cache=sig_cache,
+            decode_cache=decode_cache,
+            level_set_cache=ls_cache,
+        )
+        self.mempool = Mempool(params)
+        self.service = NodeService(params, self.chain, self.mempool, self.now)
+        rng = hub.streams.stream(f"relay:{index}")
+        self.exchange = Exchange(self.service, self, lambda: True, rng, None, True, self._on_synced)
+        self.service.subscribe(self.exchange.on_event)
+        self.service.subscribe(self._on_event)
+        self.root: BlockId | None = None
+        self.orphaned = 0
+        self.joined_ms: float | None = None
+        """Engine time of the join (None before)."""
+        self.synced_ms: float | None = None
+        """Engine time initial sync ended (P10), if it did."""
+        self.target_height: int | None = None
+        """The observer's best height when we joined (set by the hub)."""
+        self.caught_up_ms: float | None = None
+        """Engine time our best milestone first reached ``target_height``."""
+        self.synced_blocks = 0
+        """Blocks applied from sync level sets (P9), not relayed."""
+        self.relayed_blocks = 0
+        """Blocks accepted from relay (P11) after the join."""
+        self.penalties: Counter[str] = Counter()
+        """Misbehaviour points it gave its neighbours, by reason (an honest run has none)."""
+        self._ready: list[str] = []
+        self._outbox: list[Send] = []
+        self._limiters: dict[str, gossip.MissingInputLimiter] = {}
+        self._phase = rng.random() * MAINTENANCE_MS
+        self._armed = False
+        self._last_sweep = -math.inf
+
+    # ------------------------------------------------------------------ counters
+    @property
+    def rejected_blocks(self) -> int:
+        """Blocks the core refused (by any rule), as the service counts them."""
+        return sum(n for k, n in self.service.rejected.items() if k.startswith("block:"))
+
+    @property
+    def rejected_txs(self) -> int:
+        """Txs the pool refused."""
+        return sum(n for k, n in self.service.rejected.items() if k.startswith("tx:"))
+
+    @property
+    def readded_txs(self) -> int:
+        """Txs of undone level sets that went back into the pool."""
+        return self.service.readded_txs
+
+    def now(self) -> int:
+        """The engine clock as the integer ms the core takes."""
+        return int(self.hub.now_ms)
+
+    # ------------------------------------------------------------------ Links (node.exchange)
+    def send_to(self, key: str, msg: wire.Message) -> bool:
+        """Queue ``msg`` for neighbour ``key`` (sent when the current input is handled)."""
+        if key not in self._limiters:
+            return False
+        self._outbox.append((key, msg))
+        return True
+
+    def penalise_key(self, key: str, points: int, reason: str) -> None:
+        """Record the points (the simulation keeps every link up; an honest run gives none)."""
+        if points:
+            self.penalties[reason] += points
+            log.debug("late node %d: peer %s %s (+%d)", self.index, key, reason, points)
+
+    def ready_keys(self) -> Sequence[str]:
+        """The neighbours, once joined."""
+        return self._ready
+
+    # ------------------------------------------------------------------ joining
+    def join(self) -> None:
+        """Bring up every link to a node that is online (the hub has taken us out of
+        ``offline``): the handshakes of P4, both ways. A late neighbour still offline connects
+        to us when it joins."""
+        hub = self.hub
+        self.joined_ms = hub.engine.now_ms
+        if self.target_height == 0:
+            self.caught_up_ms = self.joined_ms
+        offline, nodes = hub.offline, hub.nodes
+        for link in hub.network.neighbours[self.index]:
+            peer = link.peer
+            if peer in offline:
+                continue
+            node = nodes[peer]
+            node.connect(self.index)
+            self.connect_to(peer, node.claim())
+        self._flush()
+
+    def connect_to(self, peer: int, claim: tuple[bytes, int, int]) -> None:
+        """Node ``peer``, claiming (best, height, chainwork), is a ready peer now
+        (``Exchange.peer_ready``: our pool announced, maybe a sync round started, P5)."""
+        key = peer_key(peer)
+        if key in self._limiters:
+            return
+        self._limiters[key] = gossip.MissingInputLimiter()
+        self._ready.append(key)
+        best, height, work = claim
+        hello = wire.Hello(
+            proto=wire.PROTOCOL_VERSION,
+            network=self.params.network_id,
+            genesis=self.chain.genesis_id,
+            node=key.encode().rjust(32, b"\0"),
+            best=best,
+            height=height,
+            work=work.to_bytes(32, "little"),
+            port=0,
+            agent="dagchain-sim",
+            time=self.now(),
+        )
+        self.exchange.peer_ready(key, hello, self.now())
+        self._arm()
+
+    def claim(self) -> tuple[bytes, int, int]:
+        """What our ``hello`` claims (another late node joining at the same time reads it)."""
+        return self.service.best()
+
+    def connect(self, peer: int) -> None:
+        """Late node ``peer`` joined after us: it is a ready peer (its claim read now)."""
+        self.connect_to(peer, self.hub.nodes[peer].claim())
+        self._flush()
+
+    def relay_block(self, block_id: BlockId, raw: bytes) -> None:
+        """Relay a block accepted here (P11), as ``Exchange.on_event`` does for each one."""
+        self.exchange.send(self.exchange.relay.on_block_accepted(block_id, raw))
+        self._flush()
+
+    def relay_tx(self, txid: TxId, raw: bytes, exclude: int) -> None:
+        """Announce a tx admitted here with the next batch (not to ``exclude``)."""
+        self.exchange.relay.on_tx_accepted(txid, None if exclude < 0 else peer_key(exclude))
+        self._arm()
+
+    def on_deliver_block(self, block_id: BlockId, raw: bytes, src: int) -> None:
+        """A block handed over outside a frame: as a ``block`` frame from ``src``."""
+        self.on_frames(src, (wire.BlockMsg(raw),))
+
+    def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
+        """A tx handed over outside a frame: as a ``tx`` frame from ``src``."""
+        self.on_frames(src, (wire.TxMsg(raw),))
+
+    # ------------------------------------------------------------------ frames
+    def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
+        """Messages from neighbour ``src``: ``PeerManager._dispatch`` without ping and addr."""
+        key = peer_key(src)
+        limiter = self._limiters.get(key)
+        if limiter is None:
+            return  # not joined: no link is up
+        exchange, now = self.exchange, self.now()
+        for msg in msgs:
+            if isinstance(msg, wire.GetData):
+                exchange.send(exchange.relay.on_getdata(key, msg))
+            elif isinstance(msg, wire.TxMsg):
+                exchange.on_tx(key, msg.data, limiter, now)
+            elif isinstance(msg, _SYNC_REQUESTS):
+                exchange.answer(key, msg)
+            elif not exchange.on_message(key, msg, now):
+                self.penalise_key(key, gossip.SCORE_UNSOLICITED, f"unexpected {msg.TYPE}")
+        exchange.check_synced()
+        self._flush()
+        self._arm()
+
+    def _flush(self) -> None:
+        out = self._outbox
+        if out:
+            self._outbox = []
+            send_frames(self.hub, self.index, out)
+
+    # ------------------------------------------------------------------ events
+    def _on_event(self, event: NodeEvent) -> None:
+        """Knowledge and propagation for what the core accepted (after the exchange relayed it)."""
+        hub, index = self.hub, self.index
+        if event.kind == "block" and event.block_id is not None:
+            block_id = event.block_id
+            hub.known_blocks.learn(index, block_id)
+            block = self.chain.get_block(block_id)
+            if block is not None:
+                learn = hub.known_txs.learn
+                for tx in block.txs:
+                    learn(index, tx.txid)
+            if self.exchange.applying_sync:
+                self.synced_blocks += 1
+            else:
+                self.relayed_blocks += 1
+                hub.on_relayed(index, (block_id,))
+        elif event.kind == "milestone":
+            target = self.target_height
+            if (
+                self.caught_up_ms is None
+                and target is not None
+                and self.chain.best_height >= target
+            ):
+                self.caught_up_ms = hub.engine.now_ms
+        elif event.kind == "tx" and event.txid is not None:
+            hub.known_txs.learn(index, event.txid)
+
+    def _on_synced(self) -> None:
+        self.synced_ms = self.hub.engine.now_ms
+
+    # ------------------------------------------------------------------ timer
+    @property
+    def busy(self) -> bool:
+        """The exchange has timers to run: relay work, a sync round, sync not ended yet."""
+        exchange = self.exchange
+        sync = exchange.sync
+        return exchange.relay.busy or sync.peer is not None or not sync.synced
+
+    def _arm(self) -> None:
+        if self._armed or not self.busy:
+            return
+        self._armed = True
+        engine = self.hub.engine
+        phase, now = self._phase, engine.now_ms
+        at = phase + (math.floor((now - phase) / MAINTENANCE_MS) + 1) * MAINTENANCE_MS
+        if at <= now:
+            at += MAINTENANCE_MS
+        engine.schedule_at(at, self._tick)
+
+    def _tick(self) -> None:
+        """``PeerManager._maintain``: the exchange's timers, P6 timeouts, P10."""
+        self._armed = False
+        exchange, now = self.exchange, self.now()
+        engine_now = self.hub.engine.now_ms
+        sweep = engine_now - self._last_sweep >= ORPHAN_SWEEP_MS
+        if sweep:
+            self._last_sweep = engine_now
+        for key, _kind in exchange.tick(now, sweep):
+            exchange.on_timeout(key)
+        exchange.check_synced()
+        self._flush()
+        self._arm()
+
+
+__all__ = ["LateNode"]
