@@ -1,0 +1,118 @@
+"""node.exchange.Exchange without sockets: P10's gate on announced txs, sync answers (P7).
+
+The exchange is pure (its links and signature checks come in as objects), so these drive it with
+a list for links and the node's real NodeService on a real chain.
+"""
+
+import random
+from collections.abc import Sequence
+
+from dagchain.mempool import Mempool
+from dagchain.params import DEVNET
+from node import gossip, wire
+from node.exchange import Exchange, NoVerifier
+from node.service import NodeService
+from tests.dagchain.chainkit import Node, key, transfer
+
+TX = int(wire.InvKind.TX)
+
+
+class Links:
+    """Ready peers that record what the exchange sends and every penalty."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.keys = list(keys)
+        self.sent: list[tuple[str, wire.Message]] = []
+        self.penalties: list[tuple[str, int, str]] = []
+
+    def send_to(self, key: str, msg: wire.Message) -> bool:
+        if key not in self.keys:
+            return False
+        self.sent.append((key, msg))
+        return True
+
+    def penalise_key(self, key: str, points: int, reason: str) -> None:
+        self.penalties.append((key, points, reason))
+
+    def ready_keys(self) -> Sequence[str]:
+        return self.keys
+
+
+def _hello(work: int, height: int, genesis: bytes) -> wire.Hello:
+    return wire.Hello(
+        proto=wire.PROTOCOL_VERSION,
+        network=DEVNET.network_id,
+        genesis=genesis,
+        node=bytes(32),
+        best=genesis,
+        height=height,
+        work=work.to_bytes(32, "little"),
+        port=0,
+        agent="test",
+        time=0,
+    )
+
+
+def _exchange(seeds_tried: list[bool]) -> tuple[Exchange, Links, Node]:
+    kit = Node(DEVNET)  # its clock is long past genesis: P10 (b) does not end the sync
+    service = NodeService(DEVNET, kit.chain, Mempool(DEVNET), lambda: kit.now_ms)
+    links = Links(["a"])
+    exchange = Exchange(service, links, lambda: seeds_tried[0], random.Random(1), NoVerifier())
+    return exchange, links, kit
+
+
+def _getdata_txs(links: Links) -> list[bytes]:
+    return [
+        item
+        for _, msg in links.sent
+        if isinstance(msg, wire.GetData)
+        for kind, item in msg.items
+        if kind == TX
+    ]
+
+
+def test_announced_txs_wait_for_the_end_of_initial_sync_and_score_nobody() -> None:
+    """P10: relayed ``inv`` are ignored until initial sync ends. A node that fetched them found
+    every tx missing its inputs (its ledger is not there yet) and, past 100 a minute, scored the
+    honest announcer a point each (seen with late-joining nodes in the simulator)."""
+    seeds_tried = [False]
+    exchange, links, kit = _exchange(seeds_tried)
+    genesis = kit.chain.genesis_id
+    exchange.peer_ready("a", _hello(10**30, 500, genesis), kit.now_ms)
+    assert not exchange.sync.synced  # the peer claims far more work
+    assert any(isinstance(m, wire.GetMilestones) for _, m in links.sent)  # P5
+    txids = [bytes(range(i, i + 32)) for i in range(150)]
+    limiter = gossip.MissingInputLimiter()
+    exchange.on_message("a", wire.Inv(tuple((TX, t) for t in txids)), kit.now_ms)
+    assert _getdata_txs(links) == []
+    assert links.penalties == []
+    for _ in range(3):  # nothing was queued to be fetched later either
+        exchange.tick(kit.now_ms, sweep_orphans=False)
+    assert _getdata_txs(links) == []
+    # the peer's claim turns out unbacked (no headers), sync ends (P9 v2, P10 a)
+    seeds_tried[0] = True
+    exchange.on_message("a", wire.Milestones(()), kit.now_ms)
+    assert exchange.sync.synced
+    # a real tx announced now is fetched and admitted
+    tx = transfer([(genesis, 0)], [(10**9, key(5)[1])], DEVNET)
+    exchange.on_message("a", wire.Inv(((TX, tx.txid),)), kit.now_ms)
+    assert _getdata_txs(links) == [tx.txid]
+    exchange.on_tx("a", tx.raw, limiter, kit.now_ms)
+    assert tx.txid in exchange.service.mempool
+    assert links.penalties == []
+
+
+def test_sync_requests_are_answered_from_the_chain() -> None:
+    exchange, links, kit = _exchange([True])
+    chain = kit.chain
+    first = kit.register(key(1)[1], ms=True)
+    blocks = [first, *kit.milestones(first, 2)]  # mined and accepted: heights 1-3
+    exchange.answer("a", wire.GetMilestones((chain.genesis_id,)))
+    exchange.answer("a", wire.GetLevelSet(blocks[-1].id, 0))
+    exchange.answer("a", wire.GetLevelSet(bytes(32), 0))
+    milestones, level_set, not_found = (m for _, m in links.sent)
+    assert isinstance(milestones, wire.Milestones)
+    assert list(milestones.headers) == [b.header_bytes for b in blocks]
+    assert isinstance(level_set, wire.LevelSet)
+    assert level_set.ids[-1] == blocks[-1].id
+    assert not_found == wire.NotFound(((int(wire.InvKind.LEVEL_SET), bytes(32)),))
