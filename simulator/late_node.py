@@ -76,10 +76,13 @@ class LateNode:
         )
         self.mempool = Mempool(params)
         self.service = NodeService(params, self.chain, self.mempool, self.now)
-        rng = hub.streams.stream(f"relay:{index}")
-        self.exchange = Exchange(self.service, self, lambda: True, rng, None, True, self._on_synced)
-        self.service.subscribe(self.exchange.on_event)
+        self._rng = rng = hub.streams.stream(f"relay:{index}")
+        self.exchange = self._new_exchange()
         self.service.subscribe(self._on_event)
+        self.online = False
+        """Its links are up (between :meth:`join` and :meth:`leave`)."""
+        self.restarts = 0
+        """Times it came back after :meth:`leave` (``network.late_leave_s``)."""
         self.root: BlockId | None = None
         self.orphaned = 0
         self.joined_ms: float | None = None
@@ -101,7 +104,17 @@ class LateNode:
         self._limiters: dict[str, gossip.MissingInputLimiter] = {}
         self._phase = rng.random() * MAINTENANCE_MS
         self._armed = False
+        self._generation = 0
+        """Bumped by :meth:`leave`: a timer armed before then does nothing."""
         self._last_sweep = -math.inf
+
+    def _new_exchange(self) -> Exchange:
+        """A process start: a new relay and sync session (P10 not ended) over our chain."""
+        exchange = Exchange(
+            self.service, self, lambda: True, self._rng, None, True, self._on_synced
+        )
+        self.service.subscribe(exchange.on_event)
+        return exchange
 
     # ------------------------------------------------------------------ counters
     @property
@@ -147,9 +160,12 @@ class LateNode:
         ``offline``): the handshakes of P4, both ways. A late neighbour still offline connects
         to us when it joins."""
         hub = self.hub
+        if self.joined_ms is not None:  # back after leave(): the restarted process
+            self.restarts += 1
+            self.synced_ms = None
         self.joined_ms = hub.engine.now_ms
-        if self.target_height == 0:
-            self.caught_up_ms = self.joined_ms
+        self.caught_up_ms = self.joined_ms if self.target_height == 0 else None
+        self.online = True
         offline, nodes = hub.offline, hub.nodes
         for link in hub.network.neighbours[self.index]:
             peer = link.peer
@@ -159,6 +175,33 @@ class LateNode:
             node.connect(self.index)
             self.connect_to(peer, node.claim())
         self._flush()
+
+    def leave(self) -> None:
+        """The node goes down (a SIGKILL): every link closes; what its process held is gone
+        (relay and sync state, the pool, the timers), its chain is kept (the node's store is
+        durable, §12). The hub puts it in ``offline`` first, and :meth:`join` restarts it."""
+        self.online = False
+        self._generation += 1
+        self._armed = False
+        self._outbox = []
+        nodes = self.hub.nodes
+        for key in self._ready:
+            nodes[int(key)].disconnect(self.index)
+        self._ready = []
+        self._limiters = {}
+        self.service.unsubscribe(self.exchange.on_event)
+        self.service.mempool = self.mempool = Mempool(self.params)
+        self.exchange = self._new_exchange()
+
+    def disconnect(self, peer: int) -> None:
+        """Neighbour ``peer`` went down: the exchange forgets it (P6's next announcers)."""
+        key = peer_key(peer)
+        if self._limiters.pop(key, None) is None:
+            return
+        self._ready.remove(key)
+        self.exchange.peer_gone(key, self.now())
+        self._flush()
+        self._arm()
 
     def connect_to(self, peer: int, claim: tuple[bytes, int, int]) -> None:
         """Node ``peer``, claiming (best, height, chainwork), is a ready peer now
@@ -278,7 +321,7 @@ class LateNode:
         return exchange.relay.busy or sync.peer is not None or not sync.synced
 
     def _arm(self) -> None:
-        if self._armed or not self.busy:
+        if self._armed or not self.online or not self.busy:
             return
         self._armed = True
         engine = self.hub.engine
@@ -286,10 +329,12 @@ class LateNode:
         at = phase + (math.floor((now - phase) / MAINTENANCE_MS) + 1) * MAINTENANCE_MS
         if at <= now:
             at += MAINTENANCE_MS
-        engine.schedule_at(at, self._tick)
+        engine.schedule_at(at, self._tick, self._generation)
 
-    def _tick(self) -> None:
+    def _tick(self, generation: int) -> None:
         """``PeerManager._maintain``: the exchange's timers, P6 timeouts, P10."""
+        if generation != self._generation:
+            return  # armed by the process that went down
         self._armed = False
         exchange, now = self.exchange, self.now()
         engine_now = self.hub.engine.now_ms

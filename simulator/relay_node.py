@@ -105,6 +105,10 @@ class RelayNode:
         """A late node ``peer`` joined: a ready peer now (no pool to announce)."""
         self.port.connect(peer, ())
 
+    def disconnect(self, peer: int) -> None:
+        """A late node ``peer`` went down."""
+        self.port.disconnect(peer)
+
     def serve_sync(self, msg: wire.Message) -> wire.Message | None:
         """A sync request (a late node): answered as by a node holding only genesis, so the
         round ends at once (P9). No ``getlevelset`` comes: it lists no milestone."""

@@ -49,6 +49,9 @@ class NetworkConfig(_Table):
     up with the node's own sync session (P5, P7-P10; simulator/late_node.py)."""
     late_join_s: float = Field(default=0.0, ge=0)
     """When the late nodes join (simulated seconds, before ``duration_s``)."""
+    late_leave_s: float = Field(default=0.0, ge=0)
+    """If > 0: the late nodes are online from the start, go down at this time (a crash: pool
+    and peer state lost, chain kept) and come back at ``late_join_s``."""
 
     @field_validator("delay")
     @classmethod
@@ -307,6 +310,11 @@ def _check_late_nodes(scenario: Scenario) -> None:
             f"network.late_nodes = {net.late_nodes} leaves {max(on_time, 0)} full nodes online "
             f"from the start, fewer than the {scenario.mining_nodes} mining nodes (the late "
             "nodes are the last full nodes and do not mine)"
+        )
+    if net.late_leave_s and not net.late_leave_s < net.late_join_s:
+        raise ScenarioError(
+            f"network.late_leave_s = {net.late_leave_s} must be before network.late_join_s "
+            f"({net.late_join_s})"
         )
     if not 0 < net.late_join_s < scenario.duration_s:
         raise ScenarioError(

@@ -55,6 +55,10 @@ class FrameReceiver(Protocol):
         """Late node ``peer`` joined: the link to it is up (P4 done)."""
         ...
 
+    def disconnect(self, peer: int) -> None:
+        """Late node ``peer`` went down: the link to it is closed."""
+        ...
+
 
 class Hub(Protocol):
     """What a node needs from the simulation: the clock, relay, and event sinks."""
@@ -177,6 +181,10 @@ class SimNode:
         """A late node ``peer`` joined (P4 done): announce our pool to it (P11)."""
         txids = [bytes(t) for t in self.mempool.txids_by_fee_rate()]
         self.port.connect(peer, txids)
+
+    def disconnect(self, peer: int) -> None:
+        """Late node ``peer`` went down."""
+        self.port.disconnect(peer)
 
     def serve_sync(self, msg: wire.Message) -> wire.Message | None:
         """Answer a late node's ``getmilestones``/``getlevelset``/``getpending`` (P7-P9) as the
@@ -484,6 +492,11 @@ class RelayPort:
         self.send(relay.announce_pool(key, txids, self.now()))
         if not self._armed:
             self._arm()
+
+    def disconnect(self, peer: int) -> None:
+        """Late node ``peer`` went down: what we were fetching from it goes to the next
+        announcer (``Relay.remove_peer``)."""
+        self.send(self.relay.remove_peer(peer_key(peer), self.now()))
 
     def on_block_accepted(self, block_id: bytes, raw: bytes) -> None:
         """The node accepted a block: P11 push and inv."""

@@ -86,7 +86,7 @@ class Simulation:
         self.known_txs = Knowledge(scenario.nodes)
         full = scenario.full_nodes
         late = scenario.late_nodes
-        self.offline: set[int] = set(late)
+        self.offline: set[int] = set(late) if not scenario.network.late_leave_s else set()
         """Late nodes not joined yet (``network.late_nodes``): no link to them is up."""
         self.rows = RowInterner() if share_rows else None
         """One object per distinct store key and value of the full nodes (simulator/store.py)."""
@@ -318,8 +318,12 @@ class Simulation:
         for miner in self.miners.values():
             miner.start()
         self.load.start()
+        net = self.scenario.network
         if self.late_nodes:
-            self.engine.schedule_at(self.scenario.network.late_join_s * 1000.0, self._join_late)
+            if net.late_leave_s:  # online from the start, down from late_leave_s
+                self.engine.schedule_at(0.0, self._join_late, False)
+                self.engine.schedule_at(net.late_leave_s * 1000.0, self._leave_late)
+            self.engine.schedule_at(net.late_join_s * 1000.0, self._join_late, True)
         duration_ms = self.scenario.duration_s * 1000.0
         with _rare_gc():
             if self.attacker is None:
@@ -364,13 +368,22 @@ class Simulation:
         rows = block_rows(self.recorder, self.observer.chain, len(self.nodes))
         return RunResult(metrics, rows, events, wall)
 
-    def _join_late(self) -> None:
-        """``network.late_join_s``: the late nodes come online and start their sync."""
+    def _join_late(self, measured: bool) -> None:
+        """The late nodes come online (``measured``: at ``network.late_join_s``, the join
+        ``late_join`` reports) and start their sync."""
         height = self.observer.chain.best_height
         for node in self.late_nodes:
             self.offline.discard(node.index)
-            node.target_height = height
+            node.target_height = height if measured else None
+            if measured:
+                node.synced_blocks = node.relayed_blocks = 0
             node.join()
+
+    def _leave_late(self) -> None:
+        """``network.late_leave_s``: the late nodes go down."""
+        for node in self.late_nodes:
+            self.offline.add(node.index)
+            node.leave()
 
     def _late_metrics(self) -> dict[str, Any]:
         """``late_join`` of metrics.json: how the late nodes caught up."""
@@ -382,6 +395,7 @@ class Simulation:
         return {
             "nodes": len(late),
             "join_s": self.scenario.network.late_join_s,
+            "leave_s": self.scenario.network.late_leave_s,
             "height_at_join": late[0].target_height,
             "caught_up": len(caught),
             "catch_up_s": summary(caught, (0.5, 1.0)),

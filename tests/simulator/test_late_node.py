@@ -129,6 +129,7 @@ def test_a_run_with_late_nodes_is_a_pure_function_of_its_seed(tmp_path: Path) ->
         (["network.late_nodes=8"], "fewer than the 3 mining nodes"),
         (["network.late_join_s=90"], "before duration_s"),
         (["network.late_join_s=0"], "after 0"),
+        (["network.late_leave_s=80"], "before network.late_join_s"),
     ],
 )
 def test_impossible_late_node_scenarios_are_refused(extra: list[str], message: str) -> None:
@@ -157,3 +158,57 @@ def test_the_late_node_drives_the_node_exchange_not_a_copy() -> None:
                 assert name not in {"GetMilestones", "GetLevelSet", "LevelSet", "GetPending"}, (
                     f"{path.name}:{node.lineno} builds a {name} message"
                 )
+
+
+def test_a_node_that_goes_down_and_comes_back_syncs_from_its_own_chain() -> None:
+    """``network.late_leave_s``: online from the start, down at 30 s (pool and peer state
+    lost, chain kept), back at 75 s. Its first ``getmilestones`` after the restart names its own
+    best milestone (P7), so only what it missed is downloaded."""
+    scenario = _scenario("network.late_leave_s=30")
+    sim = Simulation(scenario)
+    held: dict[int, tuple[bytes, int, int]] = {}
+    asked: list[tuple[int, wire.GetMilestones]] = []
+    """The first getmilestones of each restarted node."""
+
+    def at_leave() -> None:
+        for node in sim.late_nodes:
+            held[node.index] = (
+                node.chain.best_id,
+                node.chain.best_height,
+                len(node.chain.state.blocks),
+            )
+
+    def spy(node: LateNode) -> None:
+        send_to = node.send_to
+
+        def record(key: str, msg: wire.Message) -> bool:
+            if isinstance(msg, wire.GetMilestones) and node.restarts and not asked_by(node):
+                asked.append((node.index, msg))
+            return send_to(key, msg)
+
+        node.send_to = record  # type: ignore[method-assign]
+
+    def asked_by(node: LateNode) -> bool:
+        return any(index == node.index for index, _ in asked)
+
+    for node in sim.late_nodes:
+        spy(node)
+    sim.engine.schedule_at(30_000.0 - 1.0, at_leave)
+    metrics = sim.run().metrics
+    late = metrics["late_join"]
+    assert late["leave_s"] == 30.0
+    assert late["caught_up"] == 2
+    assert late["at_observer_best"] == 2
+    assert late["penalty_points"] == 0
+    total = len(sim.observer.chain.state.blocks)
+    for node in sim.late_nodes:
+        best, height, had = held[node.index]
+        assert height >= 1  # it followed the network before going down
+        assert node.restarts == 1
+        assert node.chain.best_id == sim.observer.chain.best_id
+        # the restart's first locator starts at the best milestone it had kept (P7)
+        (msg,) = [m for i, m in asked if i == node.index]
+        assert msg.locator[0] == best
+        # what it missed came as level sets (what it had is never downloaded again)
+        assert node.synced_blocks > 0
+        assert had + node.synced_blocks <= total
