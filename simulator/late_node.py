@@ -25,8 +25,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import final
 
-from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
-from dagchain.chain import Chain
 from dagchain.mempool import Mempool
 from dagchain.params import ConsensusParams
 from dagchain.types import BlockId, TxId
@@ -35,8 +33,8 @@ from node.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
 from node.relay import Send
 from node.service import NodeEvent, NodeService
 from simulator.knowledge import node_ids
-from simulator.sim_node import Hub, peer_key, send_frames
-from simulator.store import RowInterner, SimStore
+from simulator.sim_node import Caches, Hub, full_node_chain, peer_key, send_frames
+from simulator.store import RowInterner
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +58,13 @@ class LateNode:
         index: int,
         params: ConsensusParams,
         hub: Hub,
-        caches: tuple[SignatureCache, DecodeCache, LevelSetCache],
+        caches: Caches,
         rows: RowInterner | None,
     ) -> None:
         self.index = node_ids(index + 1)[index]
         self.params = params
         self.hub = hub
-        sig_cache, decode_cache, ls_cache = caches
-        self.chain = Chain(
-            params,
-            SimStore(rows),
-            signature_cache=sig_cache,
-            decode_cache=decode_cache,
-            level_set_cache=ls_cache,
-        )
+        self.chain = full_node_chain(params, caches, rows)
         self.mempool = Mempool(params)
         self.service = NodeService(params, self.chain, self.mempool, self.now)
         self._rng = rng = hub.streams.stream(f"relay:{index}")

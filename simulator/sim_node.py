@@ -101,6 +101,29 @@ class NodeRef(Protocol):
     def index(self) -> int: ...
 
 
+Caches = tuple[SignatureCache, DecodeCache, LevelSetCache]
+
+
+def full_node_chain(
+    params: ConsensusParams, caches: Caches | None, rows: RowInterner | None
+) -> Chain:
+    """A simulated full node's own ``Chain`` on an in-memory store.
+
+    Every node runs every block rule and applies every level set to its own state; the shared
+    caches only skip re-verifying a signature (a txid commits to its signatures), re-decoding
+    identical bytes and re-evaluating a level set another node evaluated (a pure function of the
+    milestone's past). ``rows`` lets the nodes' stores share equal rows.
+    """
+    sig_cache, decode_cache, ls_cache = caches if caches is not None else (None, None, None)
+    return Chain(
+        params,
+        SimStore(rows),
+        signature_cache=sig_cache,
+        decode_cache=decode_cache,
+        level_set_cache=ls_cache,
+    )
+
+
 @final
 class SimNode:
     """One simulated full node (index ``index``)."""
@@ -128,7 +151,7 @@ class SimNode:
         index: int,
         params: ConsensusParams,
         hub: Hub,
-        caches: tuple[SignatureCache, DecodeCache, LevelSetCache] | None = None,
+        caches: Caches | None = None,
         rows: RowInterner | None = None,
     ) -> None:
         """``rows``: the interner that lets the nodes' stores share equal rows (one object per
@@ -136,19 +159,8 @@ class SimNode:
         self.index = node_ids(index + 1)[index]
         self.params = params
         self.hub = hub
-        sig_cache, decode_cache, ls_cache = caches if caches is not None else (None, None, None)
-        self.decoder = decode_cache
-        # Every node runs every block rule and applies every level set to its own state; the
-        # shared caches only skip re-verifying a signature (a txid commits to its signatures),
-        # re-decoding identical bytes and re-evaluating a level set another node evaluated (a
-        # pure function of the milestone's past).
-        self.chain = Chain(
-            params,
-            SimStore(rows),
-            signature_cache=sig_cache,
-            decode_cache=decode_cache,
-            level_set_cache=ls_cache,
-        )
+        self.decoder = caches[1] if caches is not None else None
+        self.chain = full_node_chain(params, caches, rows)
         self.mempool = Mempool(params)
         self.known_blocks = hub.known_blocks
         """Shared with every node: which node knows which block."""
@@ -547,6 +559,7 @@ __all__ = [
     "RelayPort",
     "SimNode",
     "frame_size",
+    "full_node_chain",
     "peer_key",
     "send_frames",
 ]
