@@ -457,7 +457,7 @@ class Simulation:
         metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
         metrics["messages"] = self.network.messages
         metrics["bytes_sent"] = self.network.bytes_sent
-        relay_only = len(self.nodes) - len(self.full_nodes)
+        relay_only = len(self.nodes) - len(self.full_nodes) - len(self.late_nodes)
         if relay_only:  # absent when every node is full: older outputs keep their bytes
             metrics["relay_only_nodes"] = relay_only
         if self.late_nodes:

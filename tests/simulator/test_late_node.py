@@ -86,6 +86,7 @@ def test_a_late_node_catches_up_by_sync_and_ends_at_the_observers_best(run: Any)
     # the old blocks came as level sets (P9), the new ones by relay (P11)
     assert late["blocks_from_sync"] > 0
     assert late["blocks_from_relay"] > 0
+    assert "relay_only_nodes" not in metrics  # late nodes are full nodes
     for node in sim.late_nodes:
         assert node.chain.best_id == sim.observer.chain.best_id
         assert node.synced_blocks >= 2 * before["observer_height"]
@@ -212,3 +213,15 @@ def test_a_node_that_goes_down_and_comes_back_syncs_from_its_own_chain() -> None
         # what it missed came as level sets (what it had is never downloaded again)
         assert node.synced_blocks > 0
         assert had + node.synced_blocks <= total
+
+
+def test_late_nodes_among_relay_only_nodes_catch_up_from_the_full_ones() -> None:
+    """With ``network.full_nodes`` the late nodes are the last full nodes; relay-only neighbours
+    claim genesis, so the sync goes to a full one (and a round with a relay-only one ends at
+    once)."""
+    metrics = Simulation(_scenario("network.full_nodes=8", nodes=16)).run().metrics
+    assert metrics["relay_only_nodes"] == 8
+    late = metrics["late_join"]
+    assert late["caught_up"] == late["at_observer_best"] == 2
+    assert late["blocks_from_sync"] > 0
+    assert late["penalty_points"] == 0
