@@ -230,9 +230,12 @@ class Peer:
             if self.is_closing():
                 return False  # we decided to close meanwhile (a timeout, a ban): read no further
             if msg.type == WSMsgType.ERROR:
-                exc = ws.exception()
+                # aiohttp puts a protocol error (an oversize frame among them) in the message,
+                # other failures in ws.exception(); on both sides, client and server
+                exc = msg.data if isinstance(msg.data, BaseException) else ws.exception()
                 code = getattr(exc, "code", None)
-                if code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG or "too big" in str(exc).lower():
+                too_big = aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+                if code == too_big or ws.close_code == too_big or "too big" in str(exc).lower():
                     return True
                 log.debug("peer %s: websocket error %s", self.key, exc)
                 return False
