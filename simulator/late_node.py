@@ -33,12 +33,10 @@ from node.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
 from node.relay import Send
 from node.service import NodeEvent, NodeService
 from simulator.knowledge import node_ids
-from simulator.sim_node import Caches, Hub, full_node_chain, peer_key, send_frames
+from simulator.sim_node import SYNC_REQUESTS, Caches, Hub, full_node_chain, peer_key, send_frames
 from simulator.store import RowInterner
 
 log = logging.getLogger(__name__)
-
-_SYNC_REQUESTS = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
 
 
 @final
@@ -258,7 +256,7 @@ class LateNode:
                 exchange.send(exchange.relay.on_getdata(key, msg))
             elif isinstance(msg, wire.TxMsg):
                 exchange.on_tx(key, msg.data, limiter, now)
-            elif isinstance(msg, _SYNC_REQUESTS):
+            elif isinstance(msg, SYNC_REQUESTS):
                 exchange.answer(key, msg)
             elif not exchange.on_message(key, msg, now):
                 self.penalise_key(key, gossip.SCORE_UNSOLICITED, f"unexpected {msg.TYPE}")

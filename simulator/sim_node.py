@@ -423,7 +423,8 @@ class RelayOwner(Inventory, Protocol):
     def serve_sync(self, msg: wire.Message) -> wire.Message | None: ...
 
 
-_SYNC_REQUESTS = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
+SYNC_REQUESTS = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
+"""The requests a catching-up node sends (P7-P9), answered by ``syncsession.serve``."""
 
 
 @final
@@ -487,7 +488,7 @@ class RelayPort:
                 owner.on_deliver_block(BlockId(block_id), raw, src)
             elif kind is wire.NotFound:
                 out += relay.on_notfound(key, msg, now).sends  # type: ignore[arg-type]
-            elif kind in _SYNC_REQUESTS:  # from a late node catching up (P7-P9)
+            elif kind in SYNC_REQUESTS:  # from a late node catching up (P7-P9)
                 answer = owner.serve_sync(msg)
                 if answer is not None:
                     out.append((key, answer))
@@ -552,6 +553,7 @@ class RelayPort:
 
 __all__ = [
     "SIM_RELAY",
+    "SYNC_REQUESTS",
     "FrameReceiver",
     "Hub",
     "NodeRef",
