@@ -18,7 +18,7 @@ neighbours a node announces blocks by ``inv`` on its other links and peers fetch
    own delay (the HTTP submit and node 0's acceptance), the per-hop delay h the median delay
    of the distance-1 nodes minus that offset.
 3. Simulated: the same ring in-process (``network.topology = "ring"``, ``network.relay =
-   "node"``, so every node runs node/relay.py), fixed link delays with link latency +
+   "node"``, so every node runs p2p/relay.py), fixed link delays with link latency +
    ``processing_ms`` = h, one miner (node 0) at 4 blocks/s (the live 0.25 s spacing), no tx
    load (the live run submits no loose txs either). A simulated arrival is the acceptance time
    minus the mining time, plus the origin's offset.

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dagchain import template
 from dagchain.chain import Chain
 from dagchain.errors import Reason
 from dagchain.transactions import TxKind
 from dagchain.types import BlockId
-from miner import template
 from simulator.scenario import load_scenario
 from simulator.sim_node import SimNode
 from simulator.simulation import OBSERVER, Simulation

@@ -35,11 +35,11 @@ from dagchain.errors import (
 from dagchain.mempool import MempoolDuplicate, MempoolError, MempoolFull
 from dagchain.pow import encode_compact
 from dagchain.queries import block_tx_reasons, milestone_at, utxos_of
+from dagchain.template import BlockTemplate, TemplateUnavailable, try_build_template
 from dagchain.types import Address, BlockId, TxId
-from miner.template import BlockTemplate, TemplateUnavailable, try_build_template
 from node import models as M
 from node.metrics import CONTENT_TYPE, NodeMetrics
-from node.service import NodeEvent, NodeService
+from p2p.service import NodeEvent, NodeService
 
 __all__ = [
     "INT_MAX",

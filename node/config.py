@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 
 from dagchain.params import ConsensusParams, get_params
+from p2p.settings import P2PSettings
 
 __all__ = ["CONFIG_FILE_NAME", "ConfigError", "NodeConfig", "load_config"]
 
@@ -130,6 +131,20 @@ class NodeConfig(BaseSettings):
     def peer_addresses(self) -> list[tuple[str, int]]:
         """``peers`` as (host, port) pairs."""
         return [parse_host_port(p) for p in self.peers]
+
+    def p2p_settings(self) -> P2PSettings:
+        """The peer-to-peer settings (call on ``resolved()``: datadir and ports filled in)."""
+        return P2PSettings.for_network(
+            self.network,
+            max_outbound=self.max_outbound,
+            max_inbound=self.max_inbound,
+            ban_duration_s=self.ban_duration_s,
+            seeds=tuple(self.peer_addresses),
+            discovery=not self.no_discovery,
+            stale_relay_filter=self.stale_relay_filter,
+            datadir=self.data_path,
+            listen_port=self.resolved_p2p_port,
+        )
 
 
 def default_datadir(network: str) -> Path:

@@ -2,9 +2,9 @@
 
 Clock -> store -> Chain -> Mempool -> NodeService -> metrics -> PeerManager (p2p) -> HTTP API.
 One ``asyncio.TaskGroup`` holds the long-running tasks: maintenance, and the peer manager's
-:meth:`~node.peers.PeerManager.run`, whose own TaskGroup holds its timers and dials. SIGINT/SIGTERM
-set the stop event, which ends them; then the node stops accepting (API and P2P listeners),
-closes its peers with close frames, and closes the database last, well within 10 s.
+:meth:`~node.net.manager.PeerManager.run`, whose own TaskGroup holds its timers and dials.
+SIGINT/SIGTERM set the stop event, which ends them; then the node stops accepting (API and P2P
+listeners), closes its peers with close frames, and closes the database last, well within 10 s.
 """
 
 import asyncio
@@ -26,9 +26,8 @@ from dagchain.storage.memory import MemoryStore
 from node.api import ApiContext, create_app
 from node.config import NodeConfig
 from node.metrics import NodeMetrics
-from node.p2psettings import P2PSettings
-from node.peers import PeerManager
-from node.service import NodeEvent, NodeService
+from node.net.manager import PeerManager
+from p2p.service import NodeEvent, NodeService
 
 __all__ = ["P2P_PATH", "StartupError", "run_node", "wall_clock_ms"]
 
@@ -184,7 +183,7 @@ async def _start_peers(
     if not config.p2p:
         log.info("peer-to-peer disabled (--no-p2p)")
         return None
-    peers = PeerManager(P2PSettings.from_config(config), service, node_id)
+    peers = PeerManager(config.p2p_settings(), service, node_id)
     p2p_app = web.Application(client_max_size=1024)
     p2p_app.router.add_get(P2P_PATH, peers.handle_inbound)
     # Exit order is reversed: listener closed first (stop accepting), then peers closed.

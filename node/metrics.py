@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from node.peer import FrameCounts
-from node.service import NodeEvent, NodeService
+from node.net.peer import FrameCounts
+from p2p.service import NodeEvent, NodeService
 
 __all__ = ["CONTENT_TYPE", "NodeMetrics"]
 
@@ -37,7 +37,7 @@ class _RejectedCollector(Collector):
 
 class _SentCollector(Collector):
     """``dagchain_p2p_messages_sent_total{type}`` and ``dagchain_p2p_bytes_sent_total{type}``,
-    read from the peer manager's :class:`~node.peer.FrameCounts` at scrape."""
+    read from the peer manager's :class:`~node.net.peer.FrameCounts` at scrape."""
 
     def __init__(self, sent: FrameCounts) -> None:
         self._sent = sent

@@ -1,8 +1,8 @@
 """LateNode: a full node that joins the network late and catches up (``network.late_nodes``).
 
 It is the node's own peer-to-peer side with the sockets taken out: a
-:class:`node.service.NodeService` (the chain and the mempool, the §7.5 pool policy) driven by
-:class:`node.exchange.Exchange`, the same object ``node/peers.py`` drives, so its relay
+:class:`p2p.service.NodeService` (the chain and the mempool, the §7.5 pool policy) driven by
+:class:`p2p.exchange.Exchange`, the same object ``node/net/manager.py`` drives, so its relay
 (P11/P13) and its sync session (P5 peer choice, P7 locator, P8 header checks, P9 level-set
 paging with 8 in flight, P6 timeouts, P10's end of initial sync) are the node's code, not a
 model of it. This module is only the shell: it carries the exchange's messages over the
@@ -28,10 +28,10 @@ from typing import final
 from dagchain.mempool import Mempool
 from dagchain.params import ConsensusParams
 from dagchain.types import BlockId, TxId
-from node import gossip, wire
-from node.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
-from node.relay import Send
-from node.service import NodeEvent, NodeService
+from p2p import gossip, wire
+from p2p.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
+from p2p.relay import Send
+from p2p.service import NodeEvent, NodeService
 from simulator.knowledge import node_ids
 from simulator.sim_node import SYNC_REQUESTS, Caches, Hub, full_node_chain, peer_key, send_frames
 from simulator.store import RowInterner
@@ -125,7 +125,7 @@ class LateNode:
         """The engine clock as the integer ms the core takes."""
         return int(self.hub.now_ms)
 
-    # ------------------------------------------------------------------ Links (node.exchange)
+    # ------------------------------------------------------------------ Links (p2p.exchange)
     def send_to(self, key: str, msg: wire.Message) -> bool:
         """Queue ``msg`` for neighbour ``key`` (sent when the current input is handled)."""
         if key not in self._limiters:

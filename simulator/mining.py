@@ -5,7 +5,7 @@ h_i · blk_target / 2^256, where h_i is its virtual hash rate. The virtual hash 
 the start so that the whole network makes ``block_rate`` blocks/s at the genesis block target;
 a retarget that changes the block target changes the rate (the wait is memoryless, so a miner
 redraws when its milestone link's target changes). At the chosen instant the miner builds an
-honest §3.4 template from its node's current state (``miner.template``) and grinds a real nonce
+honest §3.4 template from its node's current state (``dagchain.template``) and grinds a real nonce
 (``miner.search``) from a random start until LE(id) <= blk_target; the real hash then decides
 whether the block is a milestone, so the milestone probability p is exact.
 """
@@ -15,9 +15,9 @@ from typing import Protocol
 
 from dagchain.blocks import Block
 from dagchain.crypto import address_from_pubkey, xonly_pubkey
+from dagchain.template import BlockTemplate, build_template, registration_tx
 from dagchain.transactions import Transaction
 from miner.search import search_nonce
-from miner.template import BlockTemplate, build_template, registration_tx
 from simulator.engine import Engine
 from simulator.sim_node import SimNode
 

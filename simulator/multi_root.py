@@ -20,9 +20,9 @@ from typing import Any, final
 
 from dagchain.blocks import Block
 from dagchain.crypto import address_from_pubkey, xonly_pubkey
+from dagchain.template import BlockTemplate, build_template, registration_tx
 from dagchain.transactions import Transaction
 from dagchain.types import BlockId
-from miner.template import BlockTemplate, build_template, registration_tx
 from simulator.engine import Engine
 from simulator.mining import MinedSink, Miner
 from simulator.sim_node import SimNode

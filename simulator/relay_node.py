@@ -13,7 +13,7 @@ What a relay-only node does:
   until then it waits (as in the core's orphan pool), and is released when its last missing
   parent is accepted; each accepted block is pushed to the neighbours, as ``SimNode`` does;
 - a tx is passed on at once, and the txs of an accepted block are marked known;
-- with ``network.relay = "node"`` it relays through the node's own relay (:class:`node.relay.Relay`
+- with ``network.relay = "node"`` it relays through the node's own relay (:class:`p2p.relay.Relay`
   in a :class:`simulator.sim_node.RelayPort`): accepted blocks are pushed to ``relay_push`` peers
   and announced to the rest, txs announced in 250 ms ``inv`` batches, ``getdata`` answered from
   what it accepted, and a waiting block's missing link is asked of its supplier; with
@@ -35,7 +35,7 @@ from typing import final
 from dagchain.caches import DecodeCache
 from dagchain.errors import EncodingError
 from dagchain.types import BlockId, TxId
-from node import wire
+from p2p import wire
 from simulator.knowledge import Knowledge, node_ids
 from simulator.sim_node import Hub, RelayPort
 

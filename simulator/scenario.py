@@ -42,7 +42,7 @@ class NetworkConfig(_Table):
     full_nodes: int = Field(default=0, ge=0)
     """Nodes 0..full_nodes-1 run the full core, the others relay only (0 = every node full)."""
     relay: Literal["node", "push-all"] = "node"
-    """``node``: every node runs node/relay.py (P11 push/inv, 250 ms tx inv batches, getdata);
+    """``node``: every node runs p2p/relay.py (P11 push/inv, 250 ms tx inv batches, getdata);
     ``push-all``: every item pushed to every neighbour (the simulator's earlier model)."""
     late_nodes: int = Field(default=0, ge=0)
     """The last ``late_nodes`` full nodes are offline until ``late_join_s``, then join and catch

@@ -6,10 +6,10 @@ procedure (``Chain.on_block``) and mempool admission (``Chain.check_transaction`
 (invalid, orphan, not yet valid) are caught here, at the delivery boundary, and counted.
 
 Relay policy (``network.relay``): with ``"node"`` (the default) each node runs the node's own
-relay, :class:`node.relay.Relay` (PROTOCOL.md P11/P13: block push to ``relay_push`` peers and
+relay, :class:`p2p.relay.Relay` (PROTOCOL.md P11/P13: block push to ``relay_push`` peers and
 ``inv`` to the rest, txs announced by ``inv`` in 250 ms batches, ``getdata`` from one announcer at
 a time, orphan parents asked of the supplier), through a :class:`RelayPort`, the simulator's shell
-around it: it carries the relay's :mod:`node.wire` messages over the simulated network, sized as
+around it: it carries the relay's :mod:`p2p.wire` messages over the simulated network, sized as
 their real encoded frames, and runs its 250 ms timer. With ``"push-all"`` (the older model) a
 node pushes each block and tx it accepts to every neighbour but the sender, and ``Hub.send_*``
 suppresses a push to a neighbour that holds the item or has a copy in flight that lands sooner.
@@ -29,11 +29,11 @@ from dagchain.params import ConsensusParams
 from dagchain.pool_policy import follow_reorg
 from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
-from node import gossip, wire
-from node.exchange import MAINTENANCE_MS
-from node.relay import Inventory, Relay, RelaySettings, Send
-from node.service import NodeService
-from node.syncsession import serve
+from p2p import gossip, wire
+from p2p.exchange import MAINTENANCE_MS
+from p2p.relay import Inventory, Relay, RelaySettings, Send
+from p2p.service import NodeService
+from p2p.syncsession import serve
 from simulator.engine import Engine
 from simulator.knowledge import Knowledge, node_ids
 from simulator.network import Network
@@ -200,7 +200,7 @@ class SimNode:
 
     def serve_sync(self, msg: wire.Message) -> wire.Message | None:
         """Answer a late node's ``getmilestones``/``getlevelset``/``getpending`` (P7-P9) as the
-        node does (:func:`node.syncsession.serve` over a :class:`NodeService` of our chain)."""
+        node does (:func:`p2p.syncsession.serve` over a :class:`NodeService` of our chain)."""
         service = self._service
         if service is None:
             service = self._service = NodeService(self.params, self.chain, self.mempool, self.now)
@@ -302,7 +302,7 @@ class SimNode:
 SIM_RELAY = RelaySettings(forget_relayed=True)
 """The protocol's numbers; ``forget_relayed`` keeps thousands of links' inventories small."""
 TICK_MS = float(MAINTENANCE_MS)
-"""The relay's maintenance timer (node/exchange.py ``MAINTENANCE_MS``)."""
+"""The relay's maintenance timer (p2p/exchange.py ``MAINTENANCE_MS``)."""
 _KEYS: list[str] = []
 _TXIDS: dict[bytes, TxId] = {}
 """A tx's bytes -> its id: every node gets the same bytes object, whose hash Python caches,
@@ -429,9 +429,9 @@ SYNC_REQUESTS = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
 
 @final
 class RelayPort:
-    """The simulator's shell around one node's :class:`node.relay.Relay`.
+    """The simulator's shell around one node's :class:`p2p.relay.Relay`.
 
-    What ``node/peers.py`` does around the relay, minus sockets: dispatch each message to the
+    What ``node/net/manager.py`` does around the relay, minus sockets: dispatch each message to the
     relay, hand blocks and txs to the node, send what the relay returns (the messages for one
     neighbour from one step travel together: one event, the sum of their frame sizes on the
     uplink), and run the 250 ms maintenance timer (at a per-node phase) while the relay has work.
@@ -461,7 +461,7 @@ class RelayPort:
         return int(self.hub.now_ms)
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
-        """Messages from neighbour ``src`` arrive (node/peers.py ``_on_<type>``)."""
+        """Messages from neighbour ``src`` arrive (node/net/manager.py ``_on_<type>``)."""
         relay, owner, key, now = self.relay, self.owner, _KEYS[src], int(self.hub.now_ms)
         out: list[Send] = []
         for msg in msgs:

@@ -106,7 +106,7 @@ class Simulation:
             *relay_only,
         ]
         self._node_relay = net.relay == "node"
-        """``network.relay``: the nodes run node/relay.py (else every item is pushed to all)."""
+        """``network.relay``: the nodes run p2p/relay.py (else every item is pushed to all)."""
         self._mined_ms = scenario.duration_s * 1000.0
         """Simulated ms of mining (less than ``duration_s`` once a network attack is done)."""
         self._inflight_blocks: dict[bytes, dict[int, float]] = {}

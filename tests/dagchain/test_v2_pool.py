@@ -3,8 +3,8 @@
 A tx stays in the pool until it or a conflict is VALID in the best chain, an input is spent, or it
 expires; a block that merely carries it changes nothing. So a block whose only copy of a tx comes
 out INVALID(``sortition``), and a block that is accepted but never ordered, each leave the tx to
-be confirmed later. Run on the node's real service layer (``node.service.NodeService``: Chain +
-Mempool, the pool following the best chain) with templates from ``miner.template`` and real PoW
+be confirmed later. Run on the node's real service layer (``p2p.service.NodeService``: Chain +
+Mempool, the pool following the best chain) with templates from ``dagchain.template`` and real PoW
 (SIM parameters, uniform weighting).
 """
 
@@ -18,10 +18,10 @@ from dagchain.params import SIM, ConsensusParams
 from dagchain.rules import is_recent_tip_candidate
 from dagchain.sortition import is_tx_assigned
 from dagchain.storage.memory import MemoryStore
+from dagchain.template import BlockTemplate, try_build_template
 from dagchain.transactions import Transaction
 from dagchain.types import BlockId
-from miner.template import BlockTemplate, try_build_template
-from node.service import NodeService
+from p2p.service import NodeService
 from tests.dagchain.builders import build_block, grind
 from tests.dagchain.chainkit import key, transfer, verdicts
 

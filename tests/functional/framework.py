@@ -38,7 +38,7 @@ from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET
 from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import Transaction
-from node import wire
+from p2p import wire
 from tests.dagchain.builders import address_of_secret, build_block, secret_of
 
 log = logging.getLogger("functional")

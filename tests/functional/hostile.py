@@ -13,7 +13,7 @@ from aiohttp import WSMsgType, web
 from dagchain.chain import Chain
 from dagchain.params import DEVNET
 from dagchain.storage.memory import MemoryStore
-from node import wire
+from p2p import wire
 from tests.functional.framework import free_port
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from node import wire
+from p2p import wire
 from tests.functional.framework import FakePeer, NodeProcess, TestNetwork, wait_until
 
 log = logging.getLogger(__name__)

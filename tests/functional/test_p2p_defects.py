@@ -19,7 +19,7 @@ import pytest
 
 from dagchain.blocks import Block
 from dagchain.params import DEVNET
-from node import wire
+from p2p import wire
 from tests.functional.framework import BlockFactory, FakePeer, TestNetwork, wait_until
 from tests.functional.hostile import HostileServer
 from tests.functional.test_wallet import Miner

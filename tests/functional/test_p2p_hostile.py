@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from dagchain.blocks import NONCE_OFFSET, Block, make_block
-from node import wire
+from p2p import wire
 from tests.dagchain.builders import address_of_secret, build_block, secret_of
 from tests.functional.framework import BlockFactory, FakePeer, NodeProcess, TestNetwork
 

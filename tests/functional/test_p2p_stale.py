@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from dagchain.blocks import Block
-from node import wire
+from p2p import wire
 from tests.dagchain.builders import address_of_secret, build_block, secret_of
 from tests.functional.framework import BlockFactory, FakePeer, NodeProcess, TestNetwork
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from node.addrbook import AddrBook
+from node.net.addrbook import AddrBook
 
 
 def test_addresses_survive_a_restart(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from node.api import ApiContext, create_app
 from node.metrics import NodeMetrics
-from node.service import NodeService
+from p2p.service import NodeService
 from tests.dagchain.chainkit import Node, key, transfer
 
 _, ALICE = key(2)

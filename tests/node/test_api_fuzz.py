@@ -35,7 +35,7 @@ from dagchain.storage.leveldb import LevelDBStore
 from dagchain.transactions import Transaction
 from node.api import ApiContext, create_app
 from node.metrics import NodeMetrics
-from node.service import NodeService
+from p2p.service import NodeService
 from tests.dagchain.builders import build_block
 from tests.dagchain.chainkit import NOW_AFTER_GENESIS_MS, key, transfer
 

@@ -16,10 +16,10 @@ from aiohttp.test_utils import TestServer
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from dagchain.transactions import Transaction
-from node import gossip, wire
-from node.p2psettings import P2PSettings
-from node.peers import PeerManager
-from node.service import NodeService
+from node.net.manager import PeerManager
+from p2p import gossip, wire
+from p2p.service import NodeService
+from p2p.settings import P2PSettings
 from tests.dagchain.chainkit import Node, key, transfer
 
 pytestmark = pytest.mark.integration

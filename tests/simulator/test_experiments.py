@@ -310,7 +310,7 @@ def test_tables_bandwidth_utilisation_and_steady_state(
 
 
 def test_ordering_lag_oldest_tip_variant_is_swapped_back() -> None:
-    from miner import template
+    from dagchain import template
 
     lag = _load_script("ordering_lag")
     original = template.choose_tip_links

@@ -1,8 +1,8 @@
 """network.late_nodes: full nodes that join late and catch up with the node's own sync session.
 
-A late node is :class:`node.exchange.Exchange` (relay P11/P13, sync P5-P10) over a
-:class:`node.service.NodeService`, the objects ``node/peers.py`` drives; the tests check that it
-is offline until it joins, that it then catches up through milestone headers and level sets
+A late node is :class:`p2p.exchange.Exchange` (relay P11/P13, sync P5-P10) over a
+:class:`p2p.service.NodeService`, the objects ``node/net/manager.py`` drives; the tests check
+that it is offline until it joins, that it then catches up through milestone headers and level sets
 (not through relay), ends at the observer's best, scores no honest neighbour, and that a run
 stays a pure function of its seed.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from node import wire
+from p2p import wire
 from simulator.late_node import LateNode
 from simulator.scenario import ScenarioError, load_scenario
 from simulator.simulation import WALL_FIELDS, Simulation
@@ -145,7 +145,7 @@ def test_the_late_node_drives_the_node_exchange_not_a_copy() -> None:
     imported = {
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "node.exchange"
+        if isinstance(node, ast.ImportFrom) and node.module == "p2p.exchange"
         for alias in node.names
     }
     assert "Exchange" in imported

@@ -1,4 +1,4 @@
-"""network.relay = "node": the simulator's nodes run node/relay.py, and only it (issue 16).
+"""network.relay = "node": the simulator's nodes run p2p/relay.py, and only it (issue 16).
 
 Message counts follow PROTOCOL.md P11: a node gets a block's full bytes from a few peers (the
 relay_push = 3 pushes of each neighbour that had it first) and ``inv`` otherwise; a tx's bytes
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from dagchain.crypto import hash32
-from node import gossip, wire
-from node.relay import RelaySettings
+from p2p import gossip, wire
+from p2p.relay import RelaySettings
 from simulator.scenario import load_scenario
 from simulator.sim_node import RelayPort, frame_size
 from simulator.simulation import WALL_FIELDS, Simulation
@@ -183,7 +183,7 @@ def test_the_simulator_imports_the_node_relay() -> None:
     imported = {
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "node.relay"
+        if isinstance(node, ast.ImportFrom) and node.module == "p2p.relay"
         for alias in node.names
     }
     assert "Relay" in imported
@@ -192,7 +192,7 @@ def test_the_simulator_imports_the_node_relay() -> None:
 @pytest.mark.parametrize("path", _simulator_modules(), ids=lambda p: p.name)
 def test_the_simulator_defines_no_relay_policy_of_its_own(path: Path) -> None:
     """No push/inv planner, announcer or getdata scheduler, and no inv/getdata/notfound built
-    here: those are node/relay.py's (with node/gossip.py's pieces)."""
+    here: those are p2p/relay.py's (with p2p/gossip.py's pieces)."""
     tree = ast.parse(path.read_text())
     found: list[str] = []
     for node in ast.walk(tree):

@@ -21,10 +21,10 @@ from dagchain.blocks import Block
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from dagchain.rules import is_stale_relay
-from node import wire
-from node.p2psettings import P2PSettings
-from node.peers import PeerManager
-from node.service import NodeService
+from node.net.manager import PeerManager
+from p2p import wire
+from p2p.service import NodeService
+from p2p.settings import P2PSettings
 from tests.dagchain.builders import address_of_secret, secret_of
 from tests.dagchain.chainkit import Node
 

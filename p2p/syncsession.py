@@ -2,14 +2,14 @@
 
 One :class:`SyncSession` per node. It takes wire messages and times (integer ms) and returns a
 :class:`SyncStep`: the messages to send (``[(peer_key, message)]``), the blocks to getdata (the
-caller routes them through :class:`node.relay.Relay`, which keeps P11's two outstanding getdata
+caller routes them through :class:`p2p.relay.Relay`, which keeps P11's two outstanding getdata
 per peer), and the penalties for the caller to apply. The level sets to hand to the core come
 from :meth:`SyncSession.pop_ready`, in height order; the caller submits them and reports a
 failure back with :meth:`SyncSession.fail` or :meth:`SyncSession.reset`. No socket, clock or event
 loop (the h11 pattern of STYLE.md); the header checks and the level-set plan are
-:mod:`node.sync`'s.
+:mod:`p2p.sync`'s.
 
-What it keeps: the sync peer and its :class:`node.sync.SyncPlan`, the locator's extra entry (the
+What it keeps: the sync peer and its :class:`p2p.sync.SyncPlan`, the locator's extra entry (the
 last verified header), whether the peer's headers are exhausted, each ready peer's claim (the
 chainwork and height it advertised or proved, and P9 v2's no-new-round-until time), our
 outstanding ``getmilestones``/``getlevelset``/``getpending`` and their deadlines (P6), the
@@ -26,10 +26,10 @@ from dagchain.errors import InvalidBlock, NotYetValid
 from dagchain.params import ConsensusParams
 from dagchain.retarget import Snapshot
 from dagchain.types import TxId
-from node import gossip, wire
-from node.relay import Send
-from node.service import NodeService
-from node.sync import (
+from p2p import gossip, wire
+from p2p.relay import Send
+from p2p.service import NodeService
+from p2p.sync import (
     MAX_GETDATA_ITEMS,
     MAX_LEVEL_SETS_IN_FLIGHT,
     SyncError,
@@ -510,7 +510,7 @@ def serve(service: NodeService, msg: wire.Message) -> wire.Message | None:
 
 
 class ServiceView:
-    """:class:`SyncHost` and :class:`node.relay.Inventory` over a :class:`NodeService`.
+    """:class:`SyncHost` and :class:`p2p.relay.Inventory` over a :class:`NodeService`.
 
     Args:
         service: The chain owner.

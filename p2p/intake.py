@@ -1,6 +1,6 @@
 """Blocks and txs from peers into the core, with their verdicts for the shell (§11.6, §11.7).
 
-Pure: the shell (``node.peers``) applies the scores and sends the requests this returns.
+Pure: the shell (``node.net.manager``) applies the scores and sends the requests this returns.
 """
 
 import logging
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from dagchain.chain import BlockStatus
 from dagchain.errors import InvalidBlock, InvalidTransaction, NotYetValid
 from dagchain.mempool import MempoolError
-from node import gossip
-from node.service import NodeService
-from node.syncsession import ORPHAN_SYNC_TRIGGER
+from p2p import gossip
+from p2p.service import NodeService
+from p2p.syncsession import ORPHAN_SYNC_TRIGGER
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dagchain.errors import InvalidTransaction
 from dagchain.mempool import Mempool, MempoolConflict, MempoolFull
 from dagchain.params import DEVNET
 from dagchain.transactions import Transaction
-from node.service import NodeService
+from p2p.service import NodeService
 from tests.dagchain.chainkit import Node, key, transfer
 
 FAUCET_COINS = 10**14

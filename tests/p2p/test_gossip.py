@@ -4,8 +4,8 @@ import random
 
 from dagchain.crypto import hash32
 from dagchain.errors import MalformedBlock, NotYetValid, RejectedBlock
-from node import wire
-from node.gossip import (
+from p2p import wire
+from p2p.gossip import (
     AddrLimiter,
     BanList,
     BlockFetcher,

@@ -1,4 +1,4 @@
-"""node.verify: the pure worker function of sync's signature pool (P9)."""
+"""p2p.verify: the pure worker function of sync's signature pool (P9)."""
 
 import dataclasses
 from concurrent.futures import ProcessPoolExecutor
@@ -9,7 +9,7 @@ from dagchain.params import DEVNET
 from dagchain.pow import encode_compact
 from dagchain.transactions import Transaction, TxKind, TxOut, make_transaction, sign_transaction
 from dagchain.types import Address, BlockId, TxId
-from node.verify import verify_blocks
+from p2p.verify import verify_blocks
 from tests.dagchain.builders import address_of_secret, registration_tx, secret_of
 
 

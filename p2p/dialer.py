@@ -1,13 +1,13 @@
 """Sans-I/O outbound dialing policy (§10, P12): whom to dial, backoff, no redial after a mismatch.
 
-The shell (``node.peers``) opens the sockets; this object only decides, from the times it is
+The shell (``node.net.manager``) opens the sockets; this object only decides, from the times it is
 given (monotonic seconds), and remembers which seeds were tried (P10 a).
 """
 
 from collections.abc import Callable, Iterable
 
-from node import wire
-from node.p2psettings import P2PSettings
+from p2p import wire
+from p2p.settings import P2PSettings
 
 Addr = tuple[str, int]
 MISMATCH_NO_REDIAL_S = 3600.0

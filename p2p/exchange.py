@@ -1,12 +1,12 @@
 """The inventory and sync exchange of one node over its ready peers (§11.4-§11.6).
 
-:class:`Exchange` drives the sans-I/O :class:`node.relay.Relay` and
-:class:`node.syncsession.SyncSession` with the node's messages and clock, hands their blocks and
+:class:`Exchange` drives the sans-I/O :class:`p2p.relay.Relay` and
+:class:`p2p.syncsession.SyncSession` with the node's messages and clock, hands their blocks and
 txs to :class:`NodeService`, and carries out what they return through :class:`Links` (the
-connections of :class:`node.peers.PeerManager`, or the simulator's links). No I/O: the signature
-worker pool of :mod:`node.verifypool` comes in as a :class:`Verifier` (the daemon's), or none
-(:class:`NoVerifier`: every check stays in ``Chain.on_block``), so the simulator's late-joining
-nodes run this same exchange.
+connections of :class:`node.net.manager.PeerManager`, or the simulator's links). No I/O: the
+signature worker pool of :mod:`node.net.verifypool` comes in as a :class:`Verifier` (the
+daemon's), or none (:class:`NoVerifier`: every check stays in ``Chain.on_block``), so the
+simulator's nodes run this same exchange.
 """
 
 import logging
@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from dagchain.crypto import hash32
-from node import gossip, wire
-from node.intake import Penalty, take_block, take_tx
-from node.relay import Relay, Send
-from node.service import NodeEvent, NodeService
-from node.syncsession import ServiceView, SyncSession, SyncStep, apply_ready, serve
+from p2p import gossip, wire
+from p2p.intake import Penalty, take_block, take_tx
+from p2p.relay import Relay, Send
+from p2p.service import NodeEvent, NodeService
+from p2p.syncsession import ServiceView, SyncSession, SyncStep, apply_ready, serve
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Links(Protocol):
 
 
 class Verifier(Protocol):
-    """Signature checks of complete level sets ahead of their turn (P9; node.verifypool)."""
+    """Signature checks of complete level sets ahead of their turn (P9; node.net.verifypool)."""
 
     def start(
         self, jobs: Iterable[tuple[bytes, list[bytes]]], on_done: Callable[[bytes], None]

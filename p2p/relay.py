@@ -1,14 +1,14 @@
 """Sans-I/O relay: inventory, announcements and getdata scheduling (PROTOCOL.md P11, P13).
 
-One :class:`Relay` per node holds what ``node/peers.py`` keeps today in its peers' fields: each
-ready peer's known inventory, our outstanding getdata to it (at most two, a backlog behind them),
-the announcer queue of every item we are fetching, and the tx announcements waiting for the next
-250 ms batch. It takes wire messages (:mod:`node.wire` objects) and times (integer ms) and
+One :class:`Relay` per node holds what ``node/net/manager.py`` keeps today in its peers' fields:
+each ready peer's known inventory, our outstanding getdata to it (at most two, a backlog behind
+them), the announcer queue of every item we are fetching, and the tx announcements waiting for
+the next 250 ms batch. It takes wire messages (:mod:`p2p.wire` objects) and times (integer ms) and
 returns what to send, as ``[(peer_key, message)]``; what to hand to the core the caller decides
 from the returned :class:`Arrival`. No socket, no clock, no event loop (the h11 pattern of
 STYLE.md): the daemon's shell and the simulator drive the same object.
 
-The pure pieces are those of :mod:`node.gossip` (``KnownInventory``, ``plan_block_relay``,
+The pure pieces are those of :mod:`p2p.gossip` (``KnownInventory``, ``plan_block_relay``,
 ``TxAnnouncer``, ``plan_tx_announcements``, ``BlockFetcher``); this module composes them.
 What stays with the caller: the handshake, scores and bans (an unsolicited ``notfound`` is
 reported, not scored), the sync session (level-set ``notfound`` items are left to it), the
@@ -22,8 +22,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol, final
 
-from node import gossip, wire
-from node.sync import MAX_GETDATA_ITEMS
+from p2p import gossip, wire
+from p2p.sync import MAX_GETDATA_ITEMS
 
 Send = tuple[str, wire.Message]
 """A message for one peer (by its key)."""
@@ -257,7 +257,7 @@ class Relay:
                     ids[item] = None
                     if len(ids) > size:
                         ids.popitem(last=False)
-                # as node/peers.py: a tx has one announcer (no fallback), so only blocks
+                # as node/net/manager.py: a tx has one announcer (no fallback), so only blocks
                 # ever move to a next announcer
                 if item not in fetcher and fetcher.on_announce(item, key, now_ms):
                     want.append(pair)

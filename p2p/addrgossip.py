@@ -3,7 +3,7 @@ answers and the relay of fresh unsolicited addresses.
 
 It takes messages and times and returns ``[(peer_key, message)]`` to send plus a misbehaviour
 score for the caller to apply; the address book is the only state it writes outside itself, and
-its file is loaded and saved by the shell (``node.peers``).
+its file is loaded and saved by the shell (``node.net.manager``).
 """
 
 import random
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from node import gossip, wire
-from node.relay import Send
+from p2p import gossip, wire
+from p2p.relay import Send
 
 
 class AddrEntryLike(Protocol):
@@ -24,7 +24,7 @@ class AddrEntryLike(Protocol):
 
 
 class AddrBookLike(Protocol):
-    """What address gossip reads and writes of :class:`node.addrbook.AddrBook`."""
+    """What address gossip reads and writes of :class:`node.net.addrbook.AddrBook`."""
 
     def add(self, host: str, port: int, seen_s: int) -> bool:
         """Learn or refresh an address."""

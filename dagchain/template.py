@@ -158,8 +158,10 @@ def try_build_template(
     register: bytes | None = None,
     registration: Transaction | None = None,
 ) -> BlockTemplate:
-    """A §3.4 template for the peer chain ``root``; without a root, for a new peer chain whose
-    REGISTRATION is ``registration`` or names the key address ``register``.
+    """A §3.4 template for the next block of a peer chain.
+
+    For the peer chain ``root``; without a root, for a new peer chain whose REGISTRATION is
+    ``registration`` or names the key address ``register``.
 
     Raises:
         KeyError: ``root`` names no peer chain this node knows.

@@ -1,18 +1,15 @@
-"""The peer-to-peer settings of one node: typed, frozen, built once from ``NodeConfig`` (§10, §11).
+"""The peer-to-peer settings of one node: typed, frozen, built once (§10, §11).
 
-:class:`node.peers.PeerManager` and the sans-I/O objects it drives read their numbers here, never
-from the config through ``getattr``. No I/O, and no pydantic at run time (the config is only a
-type here), so the simulator may build one too.
+The daemon builds them from its configuration (``NodeConfig.p2p_settings``);
+:class:`node.net.manager.PeerManager` and the sans-I/O objects it drives read their numbers here,
+never from the config through ``getattr``. No I/O and no pydantic, so the simulator may build one
+too.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from node import wire
-
-if TYPE_CHECKING:
-    from node.config import NodeConfig
+from p2p import wire
 
 DEFAULT_LIMITS: dict[str, tuple[int, int, int]] = {
     # network: (max_outbound, max_inbound, ban_duration_s)  (§10)
@@ -28,7 +25,7 @@ SYNC_VERIFY_WORKERS = 2
 class P2PSettings:
     """What the peer manager needs of the configuration.
 
-    Build it with :meth:`from_config` (the daemon) or :meth:`for_network` (tests, tools).
+    Build it with :meth:`for_network` (``NodeConfig.p2p_settings`` in the daemon; tests, tools).
     """
 
     network: str
@@ -76,21 +73,6 @@ class P2PSettings:
             datadir=datadir,
             listen_port=listen_port,
             verify_workers=verify_workers,
-        )
-
-    @classmethod
-    def from_config(cls, config: "NodeConfig") -> "P2PSettings":
-        """From a node's configuration (``config.resolved()``: datadir and ports filled in)."""
-        return cls.for_network(
-            config.network,
-            max_outbound=config.max_outbound,
-            max_inbound=config.max_inbound,
-            ban_duration_s=config.ban_duration_s,
-            seeds=tuple(config.peer_addresses),
-            discovery=not config.no_discovery,
-            stale_relay_filter=config.stale_relay_filter,
-            datadir=config.data_path,
-            listen_port=config.resolved_p2p_port,
         )
 
     @property

@@ -8,7 +8,7 @@ from dagchain.errors import InvalidTransaction, MalformedBlock
 from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate
 from dagchain.params import DEVNET
 from dagchain.types import BlockId
-from node.service import NodeEvent, NodeService
+from p2p.service import NodeEvent, NodeService
 from tests.dagchain.chainkit import Node, key, transfer
 
 FAUCET_COINS = 10**14

@@ -7,14 +7,14 @@ from dagchain.blocks import Block, compute_tips_root
 from dagchain.chain import BlockStatus
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
-from dagchain.transactions import TxKind
-from miner.template import (
+from dagchain.template import (
     BlockTemplate,
     TemplateUnavailable,
     build_template,
     choose_tip_links,
     try_build_template,
 )
+from dagchain.transactions import TxKind
 from tests.dagchain.builders import grind
 from tests.dagchain.chainkit import Node, key, transfer
 

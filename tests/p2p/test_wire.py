@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node import wire
-from node.wire import (
+from p2p import wire
+from p2p.wire import (
     Addr,
     BlockMsg,
     GetAddr,

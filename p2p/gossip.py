@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from dagchain.blocks import BLOCK_PREFIX, HEADER_SIZE, compute_block_id
 from dagchain.crypto import hash32
 from dagchain.errors import InvalidBlock, MalformedBlock, NotYetValid, RejectedBlock
-from node import wire
+from p2p import wire
 
 KNOWN_INVENTORY_SIZE = 50_000
 """P11: known-inventory set per peer (LRU)."""

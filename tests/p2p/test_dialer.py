@@ -1,18 +1,18 @@
-"""node/dialer.py and node/p2psettings.py: whom to dial and when, from typed settings."""
+"""p2p/dialer.py and p2p/settings.py: whom to dial and when, from typed settings."""
 
 from pathlib import Path
 
-from node import wire
 from node.config import NodeConfig
-from node.dialer import MISMATCH_NO_REDIAL_S, Dialer
-from node.p2psettings import P2PSettings
+from p2p import wire
+from p2p.dialer import MISMATCH_NO_REDIAL_S, Dialer
+from p2p.settings import P2PSettings
 
 SEED = ("127.0.0.1", 9001)
 
 
 def test_settings_come_from_the_config_with_the_networks_limits() -> None:
     config = NodeConfig(network="devnet", peers=("127.0.0.1:9001",), datadir=Path("/tmp/x"))
-    settings = P2PSettings.from_config(config.resolved())
+    settings = config.resolved().p2p_settings()
     assert settings.seeds == (SEED,)
     assert (settings.max_outbound, settings.max_inbound, settings.ban_duration_ms) == (
         8,

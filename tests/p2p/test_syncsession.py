@@ -1,12 +1,12 @@
-"""node/syncsession.py: P5 and P7-P10 driven with wire messages and times, no sockets."""
+"""p2p/syncsession.py: P5 and P7-P10 driven with wire messages and times, no sockets."""
 
 from collections.abc import Sequence
 
 from dagchain.blocks import Block
 from dagchain.params import DEVNET, ConsensusParams
 from dagchain.retarget import Snapshot
-from node import gossip, wire
-from node.syncsession import SyncSession, SyncStep
+from p2p import gossip, wire
+from p2p.syncsession import SyncSession, SyncStep
 from tests.dagchain.builders import address_of_secret, secret_of
 from tests.dagchain.chainkit import Node
 

@@ -1,6 +1,6 @@
 """Pure catch-up logic: milestone header checks and the level-set download plan (§11.4 P8-P10).
 
-The shell (``node.peers``) sends the requests this module asks for and feeds back the answers;
+The shell (``node.net.manager``) sends the requests this module asks for and feeds back the answers;
 every rule is the core's: snapshots come from :func:`dagchain.retarget.compute_snapshot`, target
 and proof-of-work checks from :mod:`dagchain.pow`, and blocks are accepted only by ``Chain``.
 """

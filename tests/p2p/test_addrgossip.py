@@ -1,10 +1,10 @@
-"""node/addrgossip.py: P12 address gossip driven with wire messages and times, no sockets."""
+"""p2p/addrgossip.py: P12 address gossip driven with wire messages and times, no sockets."""
 
 import random
 
-from node import gossip, wire
-from node.addrbook import AddrBook
-from node.addrgossip import AddrGossip
+from node.net.addrbook import AddrBook
+from p2p import gossip, wire
+from p2p.addrgossip import AddrGossip
 
 NOW_MS = 1_000_000_000
 

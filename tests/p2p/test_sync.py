@@ -5,7 +5,7 @@ import pytest
 from dagchain.blocks import Block
 from dagchain.chain import Chain
 from dagchain.params import DEVNET
-from node.sync import SyncError, SyncPlan, VerifiedHeader, verify_milestone_headers
+from p2p.sync import SyncError, SyncPlan, VerifiedHeader, verify_milestone_headers
 from tests.dagchain.builders import address_of_secret, secret_of
 from tests.dagchain.chainkit import Node
 

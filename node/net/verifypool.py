@@ -1,6 +1,6 @@
 """The signature worker pool of initial sync (P9): level sets checked in worker processes.
 
-Each complete level set of the sync plan goes to one worker (:func:`node.verify.verify_blocks`)
+Each complete level set of the sync plan goes to one worker (:func:`p2p.verify.verify_blocks`)
 ahead of its turn; the txids that passed go into the chain's signature cache before the level
 set is applied, so ``Chain.on_block`` skips T1-T6 for them. Correctness never depends on the
 pool: a tx a worker did not pass (or a pool that failed) is simply not cached, and ``on_block``
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
 from dagchain.params import ConsensusParams
-from node.verify import verify_blocks
+from p2p.verify import verify_blocks
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 One binary WebSocket frame is msgpack ``[type: str, payload: map]``. :func:`decode_frame` maps a
 frame to a message dataclass or raises :class:`RemoteProtocolError` carrying the misbehaviour
 score of the §11.7 table; :func:`encode_message` is its inverse. :class:`Handshake` is the
-transition table of P3/P4. No sockets, no event loop: the aiohttp shell (``node.peer``) only pumps
-frames through this module, and the simulator and the fuzz tests use it directly.
+transition table of P3/P4. No sockets, no event loop: the aiohttp shell (``node.net.peer``) only
+pumps frames through this module, and the simulator and the fuzz tests use it directly.
 """
 
 from collections.abc import Callable

@@ -11,7 +11,7 @@ from dagchain.blocks import Block
 from dagchain.errors import InvalidBlock
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
-from node.service import NodeEvent, NodeService
+from p2p.service import NodeEvent, NodeService
 from tests.dagchain.chainkit import Node, key
 
 _, ALICE = key(2)

@@ -1,4 +1,4 @@
-"""node.exchange.Exchange without sockets: P10's gate on announced txs, sync answers (P7).
+"""p2p.exchange.Exchange without sockets: P10's gate on announced txs, sync answers (P7).
 
 The exchange is pure (its links and signature checks come in as objects), so these drive it with
 a list for links and the node's real NodeService on a real chain.
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
-from node import gossip, wire
-from node.exchange import Exchange, NoVerifier
-from node.service import NodeService
+from p2p import gossip, wire
+from p2p.exchange import Exchange, NoVerifier
+from p2p.service import NodeService
 from tests.dagchain.chainkit import Node, key, transfer
 
 TX = int(wire.InvKind.TX)

@@ -1,11 +1,11 @@
-"""node/relay.py: the P11/P13 relay policy, driven with wire messages and times, no sockets."""
+"""p2p/relay.py: the P11/P13 relay policy, driven with wire messages and times, no sockets."""
 
 import random
 
 import pytest
 
-from node import gossip, wire
-from node.relay import Relay, RelaySettings, Send
+from p2p import gossip, wire
+from p2p.relay import Relay, RelaySettings, Send
 
 BLOCK = int(wire.InvKind.BLOCK)
 TX = int(wire.InvKind.TX)
@@ -161,7 +161,7 @@ def test_inv_fetches_from_one_announcer_then_the_next_after_10_s() -> None:
 
 
 def test_a_tx_is_fetched_from_its_first_announcer_only() -> None:
-    """As node/peers.py today: later announcers of a tx being fetched are not queued."""
+    """As node/net/manager.py today: later announcers of a tx being fetched are not queued."""
     relay, _ = _relay(2)
     txid = _id(9)
     assert relay.on_inv("p0", wire.Inv(((TX, txid),)), 0) == [("p0", wire.GetData(((TX, txid),)))]

@@ -15,8 +15,8 @@ from typing import Any, Literal, final
 import aiohttp
 from aiohttp import ClientWebSocketResponse, WSMsgType, web
 
-from node import wire
-from node.gossip import Misbehaviour, MissingInputLimiter, TokenBucket
+from p2p import wire
+from p2p.gossip import Misbehaviour, MissingInputLimiter, TokenBucket
 
 log = logging.getLogger(__name__)
 

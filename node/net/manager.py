@@ -1,9 +1,9 @@
 """PeerManager: dialing and accepting peers, the handshake, scores, bans and dispatch (§11).
 
-The protocol decisions live in sans-I/O objects: :class:`node.relay.Relay` (P11/P13) and
-:class:`node.syncsession.SyncSession` (P5, P7-P10), driven by :class:`node.exchange.Exchange`;
-:class:`node.addrgossip.AddrGossip` (P12); :class:`node.dialer.Dialer`; the checks of
-:mod:`node.wire` and :mod:`node.gossip`. This shell moves frames and owns the clocks. Every
+The protocol decisions live in sans-I/O objects: :class:`p2p.relay.Relay` (P11/P13) and
+:class:`p2p.syncsession.SyncSession` (P5, P7-P10), driven by :class:`p2p.exchange.Exchange`;
+:class:`p2p.addrgossip.AddrGossip` (P12); :class:`p2p.dialer.Dialer`; the checks of
+:mod:`p2p.wire` and :mod:`p2p.gossip`. This shell moves frames and owns the clocks. Every
 handler runs on the event loop's thread, so the chain (:class:`NodeService`) sees one caller.
 """
 
@@ -20,17 +20,17 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from node import gossip, wire
-from node.addrbook import FILE_NAME, AddrBook
-from node.addrgossip import AddrGossip
-from node.dialer import Addr, Dialer
-from node.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
-from node.p2psettings import P2PSettings
-from node.peer import Direction, FrameCounts, Peer, WebSocket
-from node.relay import Relay, Send
-from node.service import NodeService
-from node.syncsession import SyncSession
-from node.verifypool import VerifyPool
+from node.net.addrbook import FILE_NAME, AddrBook
+from node.net.peer import Direction, FrameCounts, Peer, WebSocket
+from node.net.verifypool import VerifyPool
+from p2p import gossip, wire
+from p2p.addrgossip import AddrGossip
+from p2p.dialer import Addr, Dialer
+from p2p.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
+from p2p.relay import Relay, Send
+from p2p.service import NodeService
+from p2p.settings import P2PSettings
+from p2p.syncsession import SyncSession
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class PeerManager:
     """All peer connections of one node.
 
     Args:
-        settings: The P2P settings (``P2PSettings.from_config``).
+        settings: The P2P settings (``NodeConfig.p2p_settings``).
         service: The chain owner.
         node_id: 32 random bytes per process start (P4).
         on_ready: Called once, when initial sync ends (P10).
@@ -200,16 +200,16 @@ class PeerManager:
         return ws
 
     def ready_keys(self) -> list[str]:
-        """Keys of the ready peers (:class:`node.exchange.Links`)."""
+        """Keys of the ready peers (:class:`p2p.exchange.Links`)."""
         return [p.key for p in self.ready_peers()]
 
     def send_to(self, key: str, msg: wire.Message) -> bool:
-        """Queue ``msg`` for peer ``key`` (:class:`node.exchange.Links`)."""
+        """Queue ``msg`` for peer ``key`` (:class:`p2p.exchange.Links`)."""
         peer = self.peers.get(key)
         return peer is not None and peer.send(msg)
 
     def penalise_key(self, key: str, points: int, reason: str) -> None:
-        """:meth:`_penalise` by key (:class:`node.exchange.Links`)."""
+        """:meth:`_penalise` by key (:class:`p2p.exchange.Links`)."""
         peer = self.peers.get(key)
         if peer is not None:
             self._penalise(peer, points, reason)
