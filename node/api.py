@@ -37,7 +37,7 @@ from dagchain.pow import encode_compact
 from dagchain.queries import block_tx_reasons, milestone_at, utxos_of
 from dagchain.template import BlockTemplate, TemplateUnavailable, try_build_template
 from dagchain.types import Address, BlockId, TxId
-from node import models as M
+from apiclient import models as M
 from node.metrics import CONTENT_TYPE, NodeMetrics
 from p2p.service import NodeEvent, NodeService
 

@@ -54,7 +54,7 @@ LAYERS: dict[str, Layer] = {
         frozenset({"p2p", "node", "simulator", "wallet"}),
     ),
     "node": Layer(
-        frozenset({"node", "p2p", "dagchain"}),
+        frozenset({"node", "p2p", "dagchain", "apiclient.models"}),
         frozenset({"simulator", "wallet", "miner"}),
     ),
     "simulator": Layer(

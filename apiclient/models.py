@@ -1,4 +1,5 @@
-"""Pydantic request and response models of the HTTP API (INTERFACES.md), edges only.
+"""Pydantic request and response models of the HTTP API (INTERFACES.md): the one schema of the
+API, used by the node to answer (``node.api``) and by the clients to read the answers.
 
 Hashes are lowercase hex; integers that can exceed 2^53 (amounts, balances, chainwork, nonces,
 expanded targets) are decimal strings; compact targets, heights, counts and times are numbers.
