@@ -22,6 +22,7 @@ from aiohttp import WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ValidationError
 
+from apiclient import models as M
 from dagchain.blocks import decode_block
 from dagchain.chain import BlockStatus, Chain
 from dagchain.crypto import decode_address, encode_address
@@ -37,7 +38,6 @@ from dagchain.pow import encode_compact
 from dagchain.queries import block_tx_reasons, milestone_at, utxos_of
 from dagchain.template import BlockTemplate, TemplateUnavailable, try_build_template
 from dagchain.types import Address, BlockId, TxId
-from apiclient import models as M
 from node.metrics import CONTENT_TYPE, NodeMetrics
 from p2p.service import NodeEvent, NodeService
 
