@@ -12,14 +12,17 @@ simulator's nodes run this same exchange.
 import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from dagchain.crypto import hash32
 from p2p import gossip, wire
+from p2p.dispatch import Dispatcher
 from p2p.intake import Penalty, take_block, take_tx
-from p2p.relay import Relay, Send
+from p2p.relay import Relay, RelaySettings, Send
 from p2p.service import NodeEvent, NodeService
-from p2p.syncsession import ServiceView, SyncSession, SyncStep, apply_ready, serve
+from p2p.serving import serve_levelset, serve_milestones, serve_pending
+from p2p.syncsession import ServiceView, SyncSession, SyncStep, apply_ready
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,24 @@ class Links(Protocol):
     def ready_keys(self) -> Sequence[str]:
         """Keys of the ready peers, in connection order."""
         ...
+
+    def after_sent(self, key: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once what was queued for ``key`` so far is written (or at once)."""
+        ...
+
+
+@dataclass(slots=True)
+class PeerLimits:
+    """The exchange's per-peer limits of §11.7."""
+
+    missing_inputs: gossip.MissingInputLimiter = field(default_factory=gossip.MissingInputLimiter)
+    """Txs with missing inputs beyond 100 a minute cost a point each."""
+    serving: int = 0
+    """Our answers to this peer's getdata not yet written (at most two)."""
+
+    def done_serving(self) -> None:
+        """One answer to a getdata was written."""
+        self.serving = max(0, self.serving - 1)
 
 
 class Verifier(Protocol):
@@ -100,6 +121,9 @@ class Exchange:
         stale_filter: P14: drop relayed blocks with a milestone link ``punctuality`` below our
             best.
         on_ready: Called once, when initial sync ends.
+        connection: Handles the connection messages of :mod:`p2p.dispatch` (``ping``, ``addr``);
+            None: they are unexpected.
+        relay_settings: The relay's numbers (None: the protocol's).
     """
 
     def __init__(
@@ -111,17 +135,21 @@ class Exchange:
         verifier: Verifier | None = None,
         stale_filter: bool = True,
         on_ready: Callable[[], None] | None = None,
+        connection: object | None = None,
+        relay_settings: RelaySettings | None = None,
     ) -> None:
         self.service = service
         self.stale_filter = stale_filter
         self.links = links
         self.on_ready = on_ready
         self.view = ServiceView(service, links.ready_keys, seeds_tried)
-        self.relay = Relay(self.view, rng)
+        self.relay = Relay(self.view, rng, relay_settings)
         self.verifier: Verifier = verifier if verifier is not None else NoVerifier()
         self.sync = SyncSession(self.view, on_reset=self.verifier.drop)
         self.stopping = False
         self._applying_sync = False
+        self._peers: dict[str, PeerLimits] = {}
+        self.dispatcher = Dispatcher(self, connection)
 
     def now_ms(self) -> int:
         """The node's clock."""
@@ -143,6 +171,7 @@ class Exchange:
     # ------------------------------------------------------------------ peers
     def peer_ready(self, key: str, hello: wire.Hello, now: int) -> None:
         """Handshake done: announce our pool to it (P11), maybe sync with it (P5)."""
+        self._peers[key] = PeerLimits()
         self.relay.add_peer(key)
         self.sync.add_peer(key, hello.chainwork, hello.height)
         txids = [bytes(t) for t in self.service.mempool.txids_by_fee_rate()]
@@ -152,6 +181,7 @@ class Exchange:
 
     def peer_gone(self, key: str, now: int) -> None:
         """Ask the next announcers for what it owed us; a new round if it was the sync peer."""
+        self._peers.pop(key, None)
         self.send(self.relay.remove_peer(key, now))
         self.do(self.sync.remove_peer(key, now))
         self.check_synced()
@@ -162,45 +192,90 @@ class Exchange:
         return claim.height if claim is not None else 0
 
     # ------------------------------------------------------------------ messages
-    def on_message(self, key: str, msg: wire.Message, now: int) -> bool:
-        """Inventory and sync messages; False if ``msg`` is none of those."""
-        if isinstance(msg, wire.Inv):
-            for kind, item in msg.items:
-                if kind == BLOCK and self.service.has_block(item):
-                    self.sync.note_milestone(key, item)
-            self.send(self.relay.on_inv(key, msg, now, self.sync.synced))
-        elif isinstance(msg, wire.NotFound):
-            step = self.sync.on_notfound(key, msg, self.relay.pending_items(key), now)
-            if step is not None:
-                self.do(step)
-                return True
-            result = self.relay.on_notfound(key, msg, now)
-            if not result.expected:
-                self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, "unsolicited notfound")
-            self.send(result.sends)
-        elif isinstance(msg, wire.BlockMsg):
-            self._on_block(key, msg.data, now)
-        elif isinstance(msg, wire.Pending):
-            want = self.sync.on_pending(key, msg, lambda i: i in self.relay.fetcher)
-            if want is None:
-                self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, "unsolicited pending")
-                return True
-            for item in want:
-                self.relay.fetcher.on_announce(item, key, now)
-            self.send(self.relay.request(key, [(BLOCK, i) for i in want], now))
-        elif isinstance(msg, wire.Milestones):
-            self.do(self.sync.on_milestones(key, msg, now))
-        elif isinstance(msg, wire.LevelSet):
-            self.do(self.sync.on_levelset(key, msg, now))
-        else:
-            return False
-        return True
+    def receive(self, key: str, msg: wire.Message, now: int) -> None:
+        """A message from the ready peer ``key``, through the one dispatch table
+        (:mod:`p2p.dispatch`; connection messages go to the shell when it handles them)."""
+        self.dispatcher.dispatch(key, msg, now)
 
-    def answer(self, key: str, msg: wire.Message) -> None:
-        """Answer ``getmilestones``, ``getlevelset`` or ``getpending`` (P7-P9)."""
-        reply = serve(self.service, msg)
-        if reply is not None:
-            self.links.send_to(key, reply)
+    def on_unexpected(self, key: str, msg: wire.Message, now: int) -> None:
+        """A message this node has no handler for (the simulator models no ``ping``/``addr``)."""
+        self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, f"unexpected {msg.TYPE}")
+
+    def on_inv(self, key: str, msg: wire.Inv, now: int) -> None:
+        """P11: announced items; known blocks count for the peer's best (P5)."""
+        has_block = self.service.has_block
+        for kind, item in msg.items:
+            if kind == BLOCK and has_block(item):
+                self.sync.note_milestone(key, item)
+        self.send(self.relay.on_inv(key, msg, now, self.sync.synced))
+
+    def on_getdata(self, key: str, msg: wire.GetData, now: int) -> None:
+        """§11.7: at most two getdata served at a time per peer (+1 beyond); P11 answers."""
+        state = self._peers.get(key)
+        if state is None:
+            return
+        if state.serving >= gossip.MAX_OUTSTANDING_GETDATA:
+            self.links.penalise_key(key, gossip.SCORE_RATE, "getdata beyond 2 outstanding")
+            return
+        state.serving += 1
+        self.send(self.relay.on_getdata(key, msg))
+        self.links.after_sent(key, state.done_serving)
+
+    def on_notfound(self, key: str, msg: wire.NotFound, now: int) -> None:
+        """P9 (a level set or listed block we asked for) or P11 (the next announcer)."""
+        step = self.sync.on_notfound(key, msg, self.relay.pending_items(key), now)
+        if step is not None:
+            self.do(step)
+            return
+        result = self.relay.on_notfound(key, msg, now)
+        if not result.expected:
+            self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, "unsolicited notfound")
+        self.send(result.sends)
+
+    def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> None:
+        """A ``block``: its fetch is done; to the sync session or the core."""
+        self._on_block(key, msg.data, now)
+
+    def on_tx(self, key: str, msg: wire.TxMsg, now: int) -> None:
+        """A ``tx`` from ``key``: its fetch is done; into the pool (§7.5, §11.7)."""
+        state = self._peers.get(key)
+        if state is None:
+            return
+        raw = msg.data
+        self.send(self.relay.on_tx(key, hash32(raw), now).sends)
+        penalty = take_tx(self.service, key, raw, state.missing_inputs, now).penalty
+        if penalty is not None:
+            self.links.penalise_key(key, *penalty)
+
+    def on_getmilestones(self, key: str, msg: wire.GetMilestones, now: int) -> None:
+        """P7, P8: milestone headers after the peer's locator."""
+        self.links.send_to(key, serve_milestones(self.service, msg))
+
+    def on_getlevelset(self, key: str, msg: wire.GetLevelSet, now: int) -> None:
+        """P9: a page of a level set's ids."""
+        self.links.send_to(key, serve_levelset(self.service, msg))
+
+    def on_getpending(self, key: str, msg: wire.GetPending, now: int) -> None:
+        """P9: our pending blocks."""
+        self.links.send_to(key, serve_pending(self.service, msg))
+
+    def on_pending(self, key: str, msg: wire.Pending, now: int) -> None:
+        """P9: the pending blocks of the sync peer; fetch those we lack."""
+        want = self.sync.on_pending(key, msg, lambda i: i in self.relay.fetcher)
+        if want is None:
+            self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, "unsolicited pending")
+            return
+        for item in want:
+            self.relay.fetcher.on_announce(item, key, now)
+        self.send(self.relay.request(key, [(BLOCK, i) for i in want], now))
+
+    def on_milestones(self, key: str, msg: wire.Milestones, now: int) -> None:
+        """P8: milestone headers of a sync round."""
+        self.do(self.sync.on_milestones(key, msg, now))
+
+    def on_levelset(self, key: str, msg: wire.LevelSet, now: int) -> None:
+        """P9: the ids of one level set of a sync round."""
+        self.do(self.sync.on_levelset(key, msg, now))
 
     @property
     def applying_sync(self) -> bool:
@@ -229,12 +304,6 @@ class Exchange:
         if intake.behind:
             self.do(self.sync.start(key, now))
         self.sync.note_milestone(key, block_id)
-
-    def on_tx(self, key: str, raw: bytes, limiter: gossip.MissingInputLimiter, now: int) -> None:
-        """A ``tx`` from ``key``: its fetch is done; into the pool."""
-        self.send(self.relay.on_tx(key, hash32(raw), now).sends)
-        penalty = take_tx(self.service, key, raw, limiter, now)
-        self.penalise(key, (penalty,) if penalty else ())
 
     def on_event(self, event: NodeEvent) -> None:
         """P11: relay what the core accepted (not the level sets of a sync, P9)."""
@@ -324,4 +393,12 @@ class Exchange:
             self.do(self.sync.restart(self.now_ms()))
 
 
-__all__ = ["MAINTENANCE_MS", "ORPHAN_SWEEP_MS", "Exchange", "Links", "NoVerifier", "Verifier"]
+__all__ = [
+    "MAINTENANCE_MS",
+    "ORPHAN_SWEEP_MS",
+    "Exchange",
+    "Links",
+    "NoVerifier",
+    "PeerLimits",
+    "Verifier",
+]

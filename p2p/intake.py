@@ -6,7 +6,7 @@ Pure: the shell (``node.net.manager``) applies the scores and sends the requests
 import logging
 from dataclasses import dataclass
 
-from dagchain.chain import BlockStatus
+from dagchain.chain import BlockOutcome, BlockStatus
 from dagchain.errors import InvalidBlock, InvalidTransaction, NotYetValid
 from dagchain.mempool import MempoolError
 from p2p import gossip
@@ -30,6 +30,10 @@ class BlockIntake:
     """P13: an unknown milestone link, or too many orphans: milestone sync with the sender."""
     stale: bool = False
     """P14: dropped as a stale relay (no penalty, nothing remembered)."""
+    not_yet_valid: bool = False
+    """H11: dropped, its timestamp too far ahead (DROP: nothing remembered, no penalty)."""
+    outcome: BlockOutcome | None = None
+    """What the core made of it (None: dropped or refused)."""
 
 
 def take_block(
@@ -56,9 +60,10 @@ def take_block(
     except (InvalidBlock, NotYetValid) as exc:
         score = gossip.score_block_error(exc)
         reason = f"block {getattr(exc, 'rule', '?')}: {exc}"
-        return BlockIntake(((score, reason),) if score else ())
+        late = isinstance(exc, NotYetValid)
+        return BlockIntake(((score, reason),) if score else (), not_yet_valid=late)
     if outcome.status is not BlockStatus.ORPHAN:
-        return BlockIntake()
+        return BlockIntake(outcome=outcome)
     penalties: tuple[Penalty, ...] = ()
     if key in outcome.evicted_orphans:
         reason = "orphan beyond the per-peer limit (P13)"
@@ -66,26 +71,40 @@ def take_block(
     ms_link = gossip.block_frame_milestone_link(raw)
     # P13: an unknown milestone link means we are behind: milestone sync is faster
     behind = ms_link in outcome.missing or len(service.chain.orphans) > ORPHAN_SYNC_TRIGGER
-    return BlockIntake(penalties, tuple(bytes(m) for m in outcome.missing), behind)
+    return BlockIntake(penalties, tuple(bytes(m) for m in outcome.missing), behind, outcome=outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class TxIntake:
+    """What became of a tx from a peer."""
+
+    admitted: bool
+    """In the pool now (§7.5): relay it."""
+    penalty: Penalty | None = None
+    """What the sender earned (a duplicate or a conflict is not the peer's fault)."""
+
+
+REFUSED = TxIntake(False)
+ADMITTED = TxIntake(True)
 
 
 def take_tx(
     service: NodeService, key: str, raw: bytes, limiter: gossip.MissingInputLimiter, now_ms: int
-) -> Penalty | None:
-    """Submit a tx from a peer: the penalty it earns, if any (a duplicate or a conflict is not
-    the peer's fault). Txs with missing inputs beyond 100 a minute cost 1 each."""
+) -> TxIntake:
+    """Submit a tx from a peer (§7.5). Txs with missing inputs beyond 100 a minute cost 1 each
+    (§11.7)."""
     if limiter.exhausted(now_ms) and service.lacks_inputs(raw):
-        return gossip.SCORE_RATE, "tx with missing inputs beyond 100 per minute"
+        return TxIntake(False, (gossip.SCORE_RATE, "tx with missing inputs beyond 100 per minute"))
     try:
         service.submit_tx(raw, key)
     except InvalidTransaction as exc:
         if exc.rule == "V6" and exc.message == "missing-input":
             limiter.record(now_ms)
         score = gossip.score_tx_rule(exc.rule)
-        return (score, f"tx {exc.rule}") if score else None
+        return TxIntake(False, (score, f"tx {exc.rule}")) if score else REFUSED
     except MempoolError:
-        return None
-    return None
+        return REFUSED
+    return ADMITTED
 
 
-__all__ = ["BlockIntake", "take_block", "take_tx"]
+__all__ = ["BlockIntake", "TxIntake", "take_block", "take_tx"]

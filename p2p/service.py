@@ -65,6 +65,8 @@ class NodeService:
         chain: The consensus state machine (owned here from now on).
         mempool: The transaction pool (owned here from now on).
         clock: Milliseconds since the epoch; the daemon passes wall time, tests a fixed value.
+        decode_tx: Decodes a tx's bytes (T1); the simulator passes its shared
+            ``DecodeCache.decode_tx`` (None: ``decode_transaction``).
     """
 
     def __init__(
@@ -73,8 +75,12 @@ class NodeService:
         chain: Chain,
         mempool: Mempool,
         clock: Callable[[], int],
+        decode_tx: Callable[[bytes], Transaction] | None = None,
     ) -> None:
         self.params = params
+        self._decode_tx: Callable[[bytes], Transaction] = (
+            decode_tx if decode_tx is not None else lambda raw: decode_transaction(raw, params)
+        )
         self.chain = chain
         self.mempool = mempool
         self.clock = clock
@@ -190,8 +196,9 @@ class NodeService:
             return
         for _, orphan_error in outcome.rejected_orphans:
             self.rejected[f"block:{orphan_error.rule}"] += 1
-        for block_id in outcome.accepted:
-            self._emit(self._block_event(block_id, now, peer))
+        if self._listeners:  # an event is built only for someone to read
+            for block_id in outcome.accepted:
+                self._emit(self._block_event(block_id, now, peer))
         for reorg in outcome.reorgs:
             self._on_reorg(reorg)
 
@@ -238,8 +245,9 @@ class NodeService:
                     },
                 )
             )
-        for delta in reorg.applied:
-            self._emit(self._milestone_event(delta))
+        if self._listeners:
+            for delta in reorg.applied:
+                self._emit(self._milestone_event(delta))
 
     def _milestone_event(self, delta: LevelSetDelta) -> NodeEvent:
         block = self.chain.get_block(delta.milestone)
@@ -303,13 +311,14 @@ class NodeService:
         except MempoolError as exc:
             self.rejected[f"tx:{exc.code}"] += 1
             raise
-        self._emit(
-            NodeEvent(
-                "tx",
-                txid=tx.txid,
-                data={"txid": tx.txid.hex(), "size": len(tx.raw), "peer": peer},
+        if self._listeners:
+            self._emit(
+                NodeEvent(
+                    "tx",
+                    txid=tx.txid,
+                    data={"txid": tx.txid.hex(), "size": len(tx.raw), "peer": peer},
+                )
             )
-        )
         return tx.txid
 
     def lacks_inputs(self, raw: bytes) -> bool:
@@ -329,7 +338,7 @@ class NodeService:
         if len(raw) > p.max_tx_bytes:
             raise InvalidTransaction("T1", f"{len(raw)} bytes exceed max_tx_bytes")
         try:
-            tx = decode_transaction(raw, p)
+            tx = self._decode_tx(raw)
         except EncodingError as exc:
             raise InvalidTransaction("T1", str(exc)) from None
         pool = self.mempool

@@ -493,22 +493,6 @@ def apply_ready(
     return SyncStep()
 
 
-def serve(service: NodeService, msg: wire.Message) -> wire.Message | None:
-    """Our answer to a peer's ``getmilestones``, ``getlevelset`` or ``getpending`` (P7-P9)."""
-    if isinstance(msg, wire.GetMilestones):
-        headers = service.milestone_headers_after(list(msg.locator), wire.MAX_HEADERS)
-        return wire.Milestones(tuple(headers))
-    if isinstance(msg, wire.GetLevelSet):
-        ids = service.level_set_ids(msg.ms)
-        if ids is None:
-            return wire.NotFound(((int(wire.InvKind.LEVEL_SET), msg.ms),))
-        page = tuple(ids[msg.offset : msg.offset + wire.MAX_IDS])
-        return wire.LevelSet(msg.ms, msg.offset, len(ids), page)
-    if isinstance(msg, wire.GetPending):
-        return wire.Pending(tuple(service.pending_ids(wire.MAX_IDS)))
-    return None
-
-
 class ServiceView:
     """:class:`SyncHost` and :class:`p2p.relay.Inventory` over a :class:`NodeService`.
 
@@ -596,5 +580,4 @@ __all__ = [
     "SyncSettings",
     "SyncStep",
     "apply_ready",
-    "serve",
 ]

@@ -22,18 +22,18 @@ a sync are not propagation (they are old) and are counted apart (``late_join`` i
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 from dagchain.mempool import Mempool
 from dagchain.params import ConsensusParams
 from dagchain.types import BlockId, TxId
-from p2p import gossip, wire
+from p2p import wire
 from p2p.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
 from p2p.relay import Send
 from p2p.service import NodeEvent, NodeService
 from simulator.knowledge import node_ids
-from simulator.sim_node import SYNC_REQUESTS, Caches, Hub, full_node_chain, peer_key, send_frames
+from simulator.sim_node import Caches, Hub, full_node_chain, peer_key, send_frames
 from simulator.store import RowInterner
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,8 @@ class LateNode:
         """Misbehaviour points it gave its neighbours, by reason (an honest run has none)."""
         self._ready: list[str] = []
         self._outbox: list[Send] = []
-        self._limiters: dict[str, gossip.MissingInputLimiter] = {}
+        self._links: set[str] = set()
+        """Neighbours whose link is up."""
         self._phase = rng.random() * MAINTENANCE_MS
         self._armed = False
         self._generation = 0
@@ -128,10 +129,14 @@ class LateNode:
     # ------------------------------------------------------------------ Links (p2p.exchange)
     def send_to(self, key: str, msg: wire.Message) -> bool:
         """Queue ``msg`` for neighbour ``key`` (sent when the current input is handled)."""
-        if key not in self._limiters:
+        if key not in self._links:
             return False
         self._outbox.append((key, msg))
         return True
+
+    def after_sent(self, key: str, callback: Callable[[], None]) -> None:
+        """A reply is on the simulated link as soon as it is queued: ``callback`` now."""
+        callback()
 
     def penalise_key(self, key: str, points: int, reason: str) -> None:
         """Record the points (the simulation keeps every link up; an honest run gives none)."""
@@ -177,7 +182,7 @@ class LateNode:
         for key in self._ready:
             nodes[int(key)].disconnect(self.index)
         self._ready = []
-        self._limiters = {}
+        self._links = set()
         self.service.unsubscribe(self.exchange.on_event)
         self.service.mempool = self.mempool = Mempool(self.params)
         self.exchange = self._new_exchange()
@@ -185,8 +190,9 @@ class LateNode:
     def disconnect(self, peer: int) -> None:
         """Neighbour ``peer`` went down: the exchange forgets it (P6's next announcers)."""
         key = peer_key(peer)
-        if self._limiters.pop(key, None) is None:
+        if key not in self._links:
             return
+        self._links.discard(key)
         self._ready.remove(key)
         self.exchange.peer_gone(key, self.now())
         self._flush()
@@ -196,9 +202,9 @@ class LateNode:
         """Node ``peer``, claiming (best, height, chainwork), is a ready peer now
         (``Exchange.peer_ready``: our pool announced, maybe a sync round started, P5)."""
         key = peer_key(peer)
-        if key in self._limiters:
+        if key in self._links:
             return
-        self._limiters[key] = gossip.MissingInputLimiter()
+        self._links.add(key)
         self._ready.append(key)
         best, height, work = claim
         hello = wire.Hello(
@@ -245,21 +251,15 @@ class LateNode:
 
     # ------------------------------------------------------------------ frames
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
-        """Messages from neighbour ``src``: ``PeerManager._dispatch`` without ping and addr."""
+        """Messages from neighbour ``src``, through the one dispatch table (``p2p.dispatch``;
+        the simulator models no ``ping`` or ``addr``, so those are unexpected here)."""
         key = peer_key(src)
-        limiter = self._limiters.get(key)
-        if limiter is None:
+        if key not in self._links:
             return  # not joined: no link is up
         exchange, now = self.exchange, self.now()
+        receive = exchange.receive
         for msg in msgs:
-            if isinstance(msg, wire.GetData):
-                exchange.send(exchange.relay.on_getdata(key, msg))
-            elif isinstance(msg, wire.TxMsg):
-                exchange.on_tx(key, msg.data, limiter, now)
-            elif isinstance(msg, SYNC_REQUESTS):
-                exchange.answer(key, msg)
-            elif not exchange.on_message(key, msg, now):
-                self.penalise_key(key, gossip.SCORE_UNSOLICITED, f"unexpected {msg.TYPE}")
+            receive(key, msg, now)
         exchange.check_synced()
         self._flush()
         self._arm()

@@ -109,14 +109,19 @@ class RelayNode:
         """A late node ``peer`` went down."""
         self.port.disconnect(peer)
 
-    def serve_sync(self, msg: wire.Message) -> wire.Message | None:
-        """A sync request (a late node): answered as by a node holding only genesis, so the
-        round ends at once (P9). No ``getlevelset`` comes: it lists no milestone."""
-        if isinstance(msg, wire.GetMilestones):
-            return wire.Milestones(())
-        if isinstance(msg, wire.GetPending):
-            return wire.Pending(())
+    # A sync request (a late node) is answered as by a node holding only genesis, so the round
+    # ends at once (P9). No ``getlevelset`` comes: no milestone is listed.
+    def answer_getmilestones(self, msg: wire.GetMilestones) -> wire.Message | None:
+        """No header after genesis."""
+        return wire.Milestones(())
+
+    def answer_getlevelset(self, msg: wire.GetLevelSet) -> wire.Message | None:
+        """Never asked (no milestone listed)."""
         return None
+
+    def answer_getpending(self, msg: wire.GetPending) -> wire.Message | None:
+        """No pending block."""
+        return wire.Pending(())
 
     def relay_block(self, block_id: BlockId, raw: bytes) -> None:
         """Hub: relay an accepted block the node's way (P11)."""

@@ -23,17 +23,16 @@ from typing import Protocol, final
 from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.crypto import hash32
-from dagchain.errors import EncodingError, InvalidBlock, InvalidTransaction, NotYetValid
-from dagchain.mempool import Mempool, MempoolError
+from dagchain.mempool import Mempool
 from dagchain.params import ConsensusParams
-from dagchain.pool_policy import follow_reorg
-from dagchain.transactions import decode_transaction
 from dagchain.types import BlockId, TxId
 from p2p import gossip, wire
+from p2p.dispatch import Dispatcher
 from p2p.exchange import MAINTENANCE_MS
+from p2p.intake import take_block, take_tx
 from p2p.relay import Inventory, Relay, RelaySettings, Send
 from p2p.service import NodeService
-from p2p.syncsession import serve
+from p2p.serving import serve_levelset, serve_milestones, serve_pending
 from simulator.engine import Engine
 from simulator.knowledge import Knowledge, node_ids
 from simulator.network import Network
@@ -129,10 +128,9 @@ class SimNode:
     """One simulated full node (index ``index``)."""
 
     __slots__ = (
+        "_limiter",
         "_port",
-        "_service",
         "chain",
-        "decoder",
         "hub",
         "index",
         "known_blocks",
@@ -140,10 +138,10 @@ class SimNode:
         "mempool",
         "orphaned",
         "params",
-        "readded_txs",
         "rejected_blocks",
         "rejected_txs",
         "root",
+        "service",
     )
 
     def __init__(
@@ -159,9 +157,15 @@ class SimNode:
         self.index = node_ids(index + 1)[index]
         self.params = params
         self.hub = hub
-        self.decoder = caches[1] if caches is not None else None
         self.chain = full_node_chain(params, caches, rows)
         self.mempool = Mempool(params)
+        decoder = caches[1] if caches is not None else None
+        self.service = NodeService(
+            params, self.chain, self.mempool, self.now, decoder.decode_tx if decoder else None
+        )
+        """The daemon's chain owner: its block intake and its §7.5 admission (p2p/intake.py)."""
+        self._limiter = gossip.MissingInputLimiter()
+        """§11.7's missing-input count (one for all senders: the simulator scores no one)."""
         self.known_blocks = hub.known_blocks
         """Shared with every node: which node knows which block."""
         self.known_txs = hub.known_txs
@@ -170,10 +174,12 @@ class SimNode:
         self.rejected_blocks = 0
         self.rejected_txs = 0
         self.orphaned = 0
-        self.readded_txs = 0
-        """Txs of undone level sets that went back into the pool (§7.5, v2)."""
         self._port: RelayPort | None = None
-        self._service: NodeService | None = None
+
+    @property
+    def readded_txs(self) -> int:
+        """Txs of undone level sets that went back into the pool (§4.4, §7.5 v2)."""
+        return self.service.readded_txs
 
     # ------------------------------------------------------------------ relay (network.relay)
     @property
@@ -198,13 +204,17 @@ class SimNode:
         """Late node ``peer`` went down."""
         self.port.disconnect(peer)
 
-    def serve_sync(self, msg: wire.Message) -> wire.Message | None:
-        """Answer a late node's ``getmilestones``/``getlevelset``/``getpending`` (P7-P9) as the
-        node does (:func:`p2p.syncsession.serve` over a :class:`NodeService` of our chain)."""
-        service = self._service
-        if service is None:
-            service = self._service = NodeService(self.params, self.chain, self.mempool, self.now)
-        return serve(service, msg)
+    def answer_getmilestones(self, msg: wire.GetMilestones) -> wire.Message | None:
+        """A late node's ``getmilestones`` (P7, P8), answered as the node does."""
+        return serve_milestones(self.service, msg)
+
+    def answer_getlevelset(self, msg: wire.GetLevelSet) -> wire.Message | None:
+        """A late node's ``getlevelset`` (P9), answered as the node does."""
+        return serve_levelset(self.service, msg)
+
+    def answer_getpending(self, msg: wire.GetPending) -> wire.Message | None:
+        """A late node's ``getpending`` (P9), answered as the node does."""
+        return serve_pending(self.service, msg)
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
         """Relay messages from neighbour ``src``."""
@@ -242,18 +252,22 @@ class SimNode:
 
     # ------------------------------------------------------------------ blocks
     def on_deliver_block(self, block_id: BlockId, raw: bytes, src: int) -> None:
-        """A block arrives from neighbour ``src`` (or from this node's miner, src = own index)."""
-        if not self.known_blocks.learn(self.index, block_id):
+        """A block arrives from neighbour ``src`` (or from this node's miner, src = own index):
+        the daemon's block intake (p2p/intake.py: P14 for relayed blocks, then the core)."""
+        index = self.index
+        if not self.known_blocks.learn(index, block_id):
             return
-        try:
-            outcome = self.chain.on_block(raw, self.now(), str(src))
-        except NotYetValid:
-            self.known_blocks.forget(self.index, block_id)
-            retry = self.hub.now_ms + self.params.max_future_drift_ms / 2
-            self.hub.retry_block(self.index, block_id, raw, src, retry)
-            return
-        except InvalidBlock:
-            self.rejected_blocks += 1
+        intake = take_block(self.service, peer_key(src), block_id, raw, src != index)
+        outcome = intake.outcome
+        if outcome is None:
+            if intake.not_yet_valid:  # H11: DROP; the simulator offers it again later
+                self.known_blocks.forget(index, block_id)
+                retry = self.hub.now_ms + self.params.max_future_drift_ms / 2
+                self.hub.retry_block(index, block_id, raw, src, retry)
+            elif intake.stale:  # P14: DROP, nothing remembered
+                self.known_blocks.forget(index, block_id)
+            else:
+                self.rejected_blocks += 1
             return
         if outcome.status is BlockStatus.ORPHAN:
             self.orphaned += 1
@@ -275,27 +289,17 @@ class SimNode:
             for tx in block.txs:  # §7.5 (v2): carrying a tx does not take it out of the pool
                 learn_tx(index, tx.txid)
             self.hub.send_block(self.index, bid, block.raw, src if bid == outcome.block_id else -1)
-        for reorg in outcome.reorgs:  # the node's own pool policy (dagchain.pool_policy)
-            self.readded_txs += follow_reorg(chain, self.mempool, reorg, self.now())
         self.hub.on_accepted(self, outcome)
 
     # ------------------------------------------------------------------ transactions
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
-        """A relayed tx arrives: decode, check against the best chain, admit, relay."""
+        """A relayed tx arrives: the daemon's admission (p2p/intake.py, §7.5), then relay."""
         if not self.known_txs.learn(self.index, txid):
             return
-        try:
-            tx = (
-                self.decoder.decode_tx(raw)
-                if self.decoder
-                else decode_transaction(raw, self.params)
-            )
-            fee = self.chain.check_transaction(tx)
-            self.mempool.add(tx, fee, self.now())
-        except (EncodingError, InvalidTransaction, MempoolError):
+        if take_tx(self.service, peer_key(src), raw, self._limiter, self.now()).admitted:
+            self.hub.send_tx(self.index, txid, raw, src)
+        else:
             self.rejected_txs += 1
-            return
-        self.hub.send_tx(self.index, txid, raw, src)
 
 
 # ---------------------------------------------------------------------------- the node's relay
@@ -420,11 +424,11 @@ class RelayOwner(Inventory, Protocol):
 
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None: ...
 
-    def serve_sync(self, msg: wire.Message) -> wire.Message | None: ...
+    def answer_getmilestones(self, msg: wire.GetMilestones) -> wire.Message | None: ...
 
+    def answer_getlevelset(self, msg: wire.GetLevelSet) -> wire.Message | None: ...
 
-SYNC_REQUESTS = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
-"""The requests a catching-up node sends (P7-P9), answered by ``syncsession.serve``."""
+    def answer_getpending(self, msg: wire.GetPending) -> wire.Message | None: ...
 
 
 @final
@@ -439,7 +443,18 @@ class RelayPort:
     which becomes one when it joins (:meth:`connect`).
     """
 
-    __slots__ = ("_armed", "_index", "_phase", "engine", "hub", "network", "owner", "relay")
+    __slots__ = (
+        "_armed",
+        "_dispatcher",
+        "_index",
+        "_out",
+        "_phase",
+        "engine",
+        "hub",
+        "network",
+        "owner",
+        "relay",
+    )
 
     def __init__(self, owner: RelayOwner, hub: Hub) -> None:
         self.owner = owner
@@ -455,47 +470,80 @@ class RelayPort:
                 self.relay.add_peer(peer_key(link.peer))
         self._phase = rng.random() * TICK_MS
         self._armed = False
+        self._out: list[Send] = []
+        """What the handlers of one delivery send (flushed by :meth:`on_frames`)."""
+        self._dispatcher = Dispatcher(self)
 
     def now(self) -> int:
         """The relay's clock: the core's integer ms."""
         return int(self.hub.now_ms)
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
-        """Messages from neighbour ``src`` arrive (node/net/manager.py ``_on_<type>``)."""
-        relay, owner, key, now = self.relay, self.owner, _KEYS[src], int(self.hub.now_ms)
-        out: list[Send] = []
+        """Messages from neighbour ``src`` arrive: each through the one dispatch table
+        (:mod:`p2p.dispatch`); what the handlers send for them travels together."""
+        key, now = _KEYS[src], int(self.hub.now_ms)
+        dispatch = self._dispatcher.dispatch
         for msg in msgs:
-            kind = type(msg)
-            if kind is wire.Inv:
-                out += relay.on_inv(key, msg, now)  # type: ignore[arg-type]
-            elif kind is wire.TxMsg:
-                raw = msg.data  # type: ignore[attr-defined]
-                txid = _TXIDS.get(raw)
-                if txid is None:
-                    if len(_TXIDS) >= _TXIDS_MAX:
-                        _TXIDS.clear()
-                    txid = _TXIDS[raw] = TxId(hash32(raw))
-                out += relay.on_tx(key, txid, now).sends
-                owner.on_deliver_tx(txid, raw, src)
-            elif kind is wire.GetData:
-                out += relay.on_getdata(key, msg)  # type: ignore[arg-type]
-            elif kind is wire.BlockMsg:
-                raw = msg.data  # type: ignore[attr-defined]
-                block_id = gossip.block_frame_id(raw)
-                if block_id is None:
-                    continue
-                out += relay.on_block(key, block_id, now).sends
-                owner.on_deliver_block(BlockId(block_id), raw, src)
-            elif kind is wire.NotFound:
-                out += relay.on_notfound(key, msg, now).sends  # type: ignore[arg-type]
-            elif kind in SYNC_REQUESTS:  # from a late node catching up (P7-P9)
-                answer = owner.serve_sync(msg)
-                if answer is not None:
-                    out.append((key, answer))
+            dispatch(key, msg, now)
+        out = self._out
         if out:
+            self._out = []
             self.send(out)
         if not self._armed:
             self._arm()
+
+    # ------------------------------------------------------------------ handlers (p2p.dispatch)
+    def on_inv(self, key: str, msg: wire.Inv, now: int) -> None:
+        """P11: announced items."""
+        self._out += self.relay.on_inv(key, msg, now)
+
+    def on_tx(self, key: str, msg: wire.TxMsg, now: int) -> None:
+        """A ``tx``: its fetch is done; to the node (admission, then relay)."""
+        raw = msg.data
+        txid = _TXIDS.get(raw)
+        if txid is None:
+            if len(_TXIDS) >= _TXIDS_MAX:
+                _TXIDS.clear()
+            txid = _TXIDS[raw] = TxId(hash32(raw))
+        self._out += self.relay.on_tx(key, txid, now).sends
+        self.owner.on_deliver_tx(txid, raw, _INDEX[key])
+
+    def on_getdata(self, key: str, msg: wire.GetData, now: int) -> None:
+        """P11: the items asked for (a reply is on the link at once, so §11.7's cap of two
+        outstanding never binds here)."""
+        self._out += self.relay.on_getdata(key, msg)
+
+    def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> None:
+        """A ``block``: its fetch is done; to the node."""
+        raw = msg.data
+        block_id = gossip.block_frame_id(raw)
+        if block_id is None:
+            return
+        self._out += self.relay.on_block(key, block_id, now).sends
+        self.owner.on_deliver_block(BlockId(block_id), raw, _INDEX[key])
+
+    def on_notfound(self, key: str, msg: wire.NotFound, now: int) -> None:
+        """P11: ask the next announcer."""
+        self._out += self.relay.on_notfound(key, msg, now).sends
+
+    def on_getmilestones(self, key: str, msg: wire.GetMilestones, now: int) -> None:
+        """A late node catching up asks (P7, P8)."""
+        self._answer(key, self.owner.answer_getmilestones(msg))
+
+    def on_getlevelset(self, key: str, msg: wire.GetLevelSet, now: int) -> None:
+        """A late node catching up asks (P9)."""
+        self._answer(key, self.owner.answer_getlevelset(msg))
+
+    def on_getpending(self, key: str, msg: wire.GetPending, now: int) -> None:
+        """A late node catching up asks (P9)."""
+        self._answer(key, self.owner.answer_getpending(msg))
+
+    def _answer(self, key: str, answer: wire.Message | None) -> None:
+        if answer is not None:
+            self._out.append((key, answer))
+
+    def on_unexpected(self, key: str, msg: wire.Message, now: int) -> None:
+        """Sync replies and connection messages: an always-on node never asks for them."""
 
     def connect(self, peer: int, txids: Sequence[bytes]) -> None:
         """Late node ``peer`` joined: a ready peer now; announce ``txids`` (our pool) to it."""
@@ -553,7 +601,6 @@ class RelayPort:
 
 __all__ = [
     "SIM_RELAY",
-    "SYNC_REQUESTS",
     "FrameReceiver",
     "Hub",
     "NodeRef",

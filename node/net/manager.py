@@ -83,6 +83,7 @@ class PeerManager:
             self.verifier,
             s.stale_relay_filter,
             on_ready,
+            connection=self,
         )
         self.relay: Relay = self.exchange.relay
         self.sync: SyncSession = self.exchange.sync
@@ -208,6 +209,15 @@ class PeerManager:
         peer = self.peers.get(key)
         return peer is not None and peer.send(msg)
 
+    def after_sent(self, key: str, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once peer ``key`` has written what is queued for it
+        (:class:`p2p.exchange.Links`; the getdata cap of §11.7)."""
+        peer = self.peers.get(key)
+        if peer is None:
+            callback()
+        else:
+            peer.call_when_sent(callback)
+
     def penalise_key(self, key: str, points: int, reason: str) -> None:
         """:meth:`_penalise` by key (:class:`p2p.exchange.Links`)."""
         peer = self.peers.get(key)
@@ -320,7 +330,7 @@ class PeerManager:
         if isinstance(msg, wire.Hello):
             self._on_hello(peer, msg)
         elif peer.ready:
-            self._dispatch(peer, msg, now)
+            self.exchange.receive(peer.key, msg, now)
 
     def _refuse(self, peer: Peer, exc: wire.RemoteProtocolError) -> None:
         close = exc.close_code
@@ -394,38 +404,32 @@ class PeerManager:
         self.addr.remove_peer(peer.key)
         self.exchange.peer_gone(peer.key, now)
 
-    def _dispatch(self, peer: Peer, msg: wire.Message, now: int) -> None:
-        key = peer.key
-        if isinstance(msg, wire.Ping):
+    # ------------------------------------------------------------------ connection messages
+    # p2p.dispatch routes ping, pong, getaddr and addr here; the rest goes to the exchange.
+    def on_ping(self, key: str, msg: wire.Ping, now: int) -> None:
+        """Keepalive: answer with the same nonce."""
+        peer = self.peers.get(key)
+        if peer is not None:
             peer.send(wire.Pong(msg.nonce))
-        elif isinstance(msg, wire.Pong):
-            if msg.nonce == peer.ping_nonce:
-                peer.ping_nonce = None
-                peer.last_pong = time.monotonic()
-        elif isinstance(msg, wire.GetAddr):
-            self._send(self.addr.on_getaddr(key))
-        elif isinstance(msg, wire.Addr):
-            others = [p.key for p in self.ready_peers() if p is not peer]
-            verdict = self.addr.on_addr(key, msg, others, now)
-            if verdict.score:
-                self._penalise(peer, verdict.score, "unsolicited addr of more than 10 entries")
-            self._send(verdict.sends)
-        elif isinstance(msg, wire.GetData):
-            self._on_getdata(peer, msg)
-        elif isinstance(msg, wire.TxMsg):
-            self.exchange.on_tx(key, msg.data, peer.missing_inputs, now)
-        elif isinstance(msg, (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)):
-            self.exchange.answer(key, msg)
-        else:
-            self.exchange.on_message(key, msg, now)
 
-    def _on_getdata(self, peer: Peer, msg: wire.GetData) -> None:
-        if peer.serving_getdata >= gossip.MAX_OUTSTANDING_GETDATA:
-            self._penalise(peer, gossip.SCORE_RATE, "getdata beyond 2 outstanding")
-            return
-        peer.serving_getdata += 1
-        self._send(self.relay.on_getdata(peer.key, msg))
-        peer.call_when_sent(peer.done_serving)
+    def on_pong(self, key: str, msg: wire.Pong, now: int) -> None:
+        """Keepalive: the answer to our last ping."""
+        peer = self.peers.get(key)
+        if peer is not None and msg.nonce == peer.ping_nonce:
+            peer.ping_nonce = None
+            peer.last_pong = time.monotonic()
+
+    def on_getaddr(self, key: str, msg: wire.GetAddr, now: int) -> None:
+        """P12: addresses we know."""
+        self._send(self.addr.on_getaddr(key))
+
+    def on_addr(self, key: str, msg: wire.Addr, now: int) -> None:
+        """P12: addresses from a peer (unsolicited ones of more than 10 entries cost +1)."""
+        others = [p.key for p in self.ready_peers() if p.key != key]
+        verdict = self.addr.on_addr(key, msg, others, now)
+        if verdict.score:
+            self.penalise_key(key, verdict.score, "unsolicited addr of more than 10 entries")
+        self._send(verdict.sends)
 
     def _send(self, sends: Iterable[Send]) -> None:
         self.exchange.send(sends)

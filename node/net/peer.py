@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import ClientWebSocketResponse, WSMsgType, web
 
 from p2p import wire
-from p2p.gossip import Misbehaviour, MissingInputLimiter, TokenBucket
+from p2p.gossip import Misbehaviour, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,7 @@ class Peer:
         self.hello: wire.Hello | None = None
         self.score = Misbehaviour()
         self.bucket = TokenBucket()
-        self.missing_inputs = MissingInputLimiter()
         self.connected_at = time.monotonic()
-        self.serving_getdata = 0
-        """Our answers to this peer's getdata still in the send queue (≤ 2, §11.7)."""
         self.timeouts = 0
         self.ping_nonce: int | None = None
         self.ping_sent_at = 0.0
@@ -142,10 +139,6 @@ class Peer:
             self.close_soon(wire.CLOSE_PROTOCOL_ERROR)
             return False
         return True
-
-    def done_serving(self) -> None:
-        """One of our answers to its getdata has been written."""
-        self.serving_getdata = max(0, self.serving_getdata - 1)
 
     def call_when_sent(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once everything queued so far has been written."""

@@ -5,7 +5,7 @@ a list for links and the node's real NodeService on a real chain.
 """
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
@@ -15,6 +15,7 @@ from p2p.service import NodeService
 from tests.dagchain.chainkit import Node, key, transfer
 
 TX = int(wire.InvKind.TX)
+BLOCK = int(wire.InvKind.BLOCK)
 
 
 class Links:
@@ -24,6 +25,7 @@ class Links:
         self.keys = list(keys)
         self.sent: list[tuple[str, wire.Message]] = []
         self.penalties: list[tuple[str, int, str]] = []
+        self.unwritten: list[Callable[[], None]] = []
 
     def send_to(self, key: str, msg: wire.Message) -> bool:
         if key not in self.keys:
@@ -36,6 +38,9 @@ class Links:
 
     def ready_keys(self) -> Sequence[str]:
         return self.keys
+
+    def after_sent(self, key: str, callback: Callable[[], None]) -> None:
+        self.unwritten.append(callback)  # the test decides when the socket has written it
 
 
 def _hello(work: int, height: int, genesis: bytes) -> wire.Hello:
@@ -87,8 +92,7 @@ def test_announced_txs_wait_for_the_end_of_initial_sync_and_score_nobody() -> No
     assert not exchange.sync.synced  # the peer claims far more work
     assert any(isinstance(m, wire.GetMilestones) for _, m in links.sent)  # P5
     txids = [bytes(range(i, i + 32)) for i in range(150)]
-    limiter = gossip.MissingInputLimiter()
-    exchange.on_message("a", wire.Inv(tuple((TX, t) for t in txids)), kit.now_ms)
+    exchange.receive("a", wire.Inv(tuple((TX, t) for t in txids)), kit.now_ms)
     assert _getdata_txs(links) == []
     assert links.penalties == []
     for _ in range(3):  # nothing was queued to be fetched later either
@@ -96,13 +100,13 @@ def test_announced_txs_wait_for_the_end_of_initial_sync_and_score_nobody() -> No
     assert _getdata_txs(links) == []
     # the peer's claim turns out unbacked (no headers), sync ends (P9 v2, P10 a)
     seeds_tried[0] = True
-    exchange.on_message("a", wire.Milestones(()), kit.now_ms)
+    exchange.receive("a", wire.Milestones(()), kit.now_ms)
     assert _synced(exchange)
     # a real tx announced now is fetched and admitted
     tx = transfer([(genesis, 0)], [(10**9, key(5)[1])], DEVNET)
-    exchange.on_message("a", wire.Inv(((TX, tx.txid),)), kit.now_ms)
+    exchange.receive("a", wire.Inv(((TX, tx.txid),)), kit.now_ms)
     assert _getdata_txs(links) == [tx.txid]
-    exchange.on_tx("a", tx.raw, limiter, kit.now_ms)
+    exchange.receive("a", wire.TxMsg(tx.raw), kit.now_ms)
     assert tx.txid in exchange.service.mempool
     assert links.penalties == []
 
@@ -112,12 +116,42 @@ def test_sync_requests_are_answered_from_the_chain() -> None:
     chain = kit.chain
     first = kit.register(key(1)[1], ms=True)
     blocks = [first, *kit.milestones(first, 2)]  # mined and accepted: heights 1-3
-    exchange.answer("a", wire.GetMilestones((chain.genesis_id,)))
-    exchange.answer("a", wire.GetLevelSet(blocks[-1].id, 0))
-    exchange.answer("a", wire.GetLevelSet(bytes(32), 0))
+    exchange.peer_ready("a", _hello(0, 0, chain.genesis_id), kit.now_ms)
+    links.sent.clear()
+    exchange.receive("a", wire.GetMilestones((chain.genesis_id,)), kit.now_ms)
+    exchange.receive("a", wire.GetLevelSet(blocks[-1].id, 0), kit.now_ms)
+    exchange.receive("a", wire.GetLevelSet(bytes(32), 0), kit.now_ms)
     milestones, level_set, not_found = (m for _, m in links.sent)
     assert isinstance(milestones, wire.Milestones)
     assert list(milestones.headers) == [b.header_bytes for b in blocks]
     assert isinstance(level_set, wire.LevelSet)
     assert level_set.ids[-1] == blocks[-1].id
     assert not_found == wire.NotFound(((int(wire.InvKind.LEVEL_SET), bytes(32)),))
+
+
+def test_a_third_getdata_while_two_answers_are_unwritten_costs_a_point() -> None:
+    """§11.7: at most two getdata served at a time per peer; the cap lives in the exchange, so
+    the daemon and the simulator's nodes apply the same one (p2p/dispatch.py)."""
+    exchange, links, kit = _exchange([True])
+    exchange.peer_ready("a", _hello(0, 0, kit.chain.genesis_id), kit.now_ms)
+    ask = wire.GetData(((BLOCK, kit.chain.genesis_id),))
+    for _ in range(2):
+        exchange.receive("a", ask, kit.now_ms)
+    assert links.penalties == []
+    exchange.receive("a", ask, kit.now_ms)
+    assert links.penalties == [("a", gossip.SCORE_RATE, "getdata beyond 2 outstanding")]
+    served = sum(1 for _, m in links.sent if isinstance(m, wire.BlockMsg))
+    assert served == 2
+    links.unwritten.pop(0)()  # one answer reached the socket: the next getdata is served
+    exchange.receive("a", ask, kit.now_ms)
+    assert sum(1 for _, m in links.sent if isinstance(m, wire.BlockMsg)) == served + 1
+    assert len(links.penalties) == 1
+
+
+def test_a_message_without_a_handler_here_costs_a_point() -> None:
+    """Connection messages have no handler in an exchange without a connection shell (the
+    simulator's nodes); they are unexpected, never silently run."""
+    exchange, links, kit = _exchange([True])
+    exchange.peer_ready("a", _hello(0, 0, kit.chain.genesis_id), kit.now_ms)
+    exchange.receive("a", wire.Ping(7), kit.now_ms)
+    assert links.penalties == [("a", gossip.SCORE_UNSOLICITED, "unexpected ping")]
