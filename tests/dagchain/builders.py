@@ -6,7 +6,7 @@ codecs, so no consensus rule is re-implemented here.
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dagchain.blocks import (
     NONCE_OFFSET,
@@ -39,19 +39,26 @@ def address_of_secret(secret: bytes) -> bytes:
 
 
 def grind(
-    header: BlockHeader, target: int, want_milestone: bool | None, ms_target: int
+    header: BlockHeader,
+    target: int,
+    want_milestone: bool | None,
+    ms_target: int,
+    accept: Callable[[bytes], bool] | None = None,
 ) -> BlockHeader:
-    """Find a nonce with LE(id) <= target (and milestone status as wanted, if given)."""
+    """Find a nonce with LE(id) <= target (and milestone status as wanted, if given), whose id
+    also satisfies ``accept`` if given."""
     prefix = header.encode()[:NONCE_OFFSET]
     base = hashlib.blake2b(prefix, digest_size=32)
     nonce = header.nonce
     while True:
         h = base.copy()
         h.update(nonce.to_bytes(8, "little"))
-        value = int.from_bytes(h.digest(), "little")
+        digest = h.digest()
+        value = int.from_bytes(digest, "little")
         if value <= target:
             is_ms = value <= ms_target
-            if want_milestone is None or want_milestone == is_ms:
+            wanted = want_milestone is None or want_milestone == is_ms
+            if wanted and (accept is None or accept(digest)):
                 return dataclasses.replace(header, nonce=nonce)
         nonce += 1
 
@@ -69,6 +76,7 @@ def build_block(
     want_milestone: bool | None = None,
     nonce_start: int = 0,
     tips_root: bytes | None = None,
+    accept: Callable[[bytes], bool] | None = None,
 ) -> Block:
     """A block on ``previous`` with real PoW against the milestone link's snapshot.
 
@@ -76,7 +84,8 @@ def build_block(
     ``timestamp_ms`` defaults to max(ts(milestone link), ts(previous)) + 1. ``tips`` is the tip
     list exactly as given (tests may pass one that breaks H5); ``tip`` is a one-tip shorthand;
     by default the one tip is the milestone link (or genesis). ``tips_root`` overrides the
-    header's commitment (for H7 tests); by default it is §2.1 over ``tips``.
+    header's commitment (for H7 tests); by default it is §2.1 over ``tips``. ``accept``: a
+    further condition on the block id the nonce is ground for (e.g. S5 for a child's txs).
     """
     ms = BlockId(milestone if milestone is not None else chain.best_id)
     snap = chain.get_snapshot(ms)
@@ -104,5 +113,5 @@ def build_block(
         encode_compact(snap.blk_target),
         nonce_start,
     )
-    header = grind(header, snap.blk_target, want_milestone, snap.ms_target)
+    header = grind(header, snap.blk_target, want_milestone, snap.ms_target, accept)
     return make_block(header, tips, body)

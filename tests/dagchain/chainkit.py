@@ -13,6 +13,7 @@ from dagchain.errors import Reason
 from dagchain.genesis import FAUCET_SECRET
 from dagchain.ledger import RootRecord, Utxo
 from dagchain.params import ConsensusParams
+from dagchain.sortition import SortitionWindow, is_tx_assigned
 from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import REDEMPTION_INDEX, Transaction, TxKind, TxOut, sign_transaction
 from dagchain.types import Address, BlockId, TxId
@@ -54,11 +55,14 @@ class Node:
         register: bytes | None = None,
         ms: bool = False,
         timestamp_ms: int | None = None,
+        child_carries: Sequence[bytes] = (),
     ) -> Block:
         """Build (real PoW), submit and return a block; ``ms`` chooses milestone status.
 
         The milestone link defaults to the best head. The tip link defaults to the milestone link,
         or to its parent milestone when the previous link is the milestone link itself.
+        ``child_carries``: txids that a block on this one must be able to carry (S5, ``uniform``
+        weighting): the nonce is ground until this block's id assigns them.
         """
         block = self.build(
             previous,
@@ -69,6 +73,7 @@ class Node:
             register=register,
             ms=ms,
             timestamp_ms=timestamp_ms,
+            child_carries=child_carries,
         )
         self.submit(block)
         return block
@@ -84,6 +89,7 @@ class Node:
         register: bytes | None = None,
         ms: bool = False,
         timestamp_ms: int | None = None,
+        child_carries: Sequence[bytes] = (),
     ) -> Block:
         """Like ``mine`` without submitting (``tips``: the whole tip list, as given)."""
         chain = self.chain
@@ -106,6 +112,11 @@ class Node:
             timestamp_ms=timestamp_ms,
             register=register,
             want_milestone=ms,
+            accept=(
+                (lambda bid: all(is_assigned(t, bid, self.params) for t in child_carries))
+                if child_carries
+                else None
+            ),
         )
 
     def register(
@@ -189,19 +200,57 @@ def ledger_state(
     )
 
 
+MAX_ASSIGNMENT_TRIES = 1 << 16
+"""Signings tried for ``assigned_to`` (devnet c = 1/16: ~16 per previous link, 256 for two)."""
+
+
+def is_assigned(txid: bytes, previous_link: bytes, params: ConsensusParams) -> bool:
+    """S5 under ``uniform`` weighting: may a block whose previous link is ``previous_link``
+    carry ``txid``? (``uniform`` uses neither the S2 window nor S3's hash rate.)"""
+    assert params.sortition_weighting == "uniform", "assigned_to needs uniform weighting"
+    window = SortitionWindow(peer_height=params.sortition_warmup + 1, work=0, span_ms=0)
+    return is_tx_assigned(txid, previous_link, window, 0, params)
+
+
+def _signed(
+    kind: int,
+    inputs: Sequence[tuple[TxId, int]],
+    outputs: Sequence[TxOut],
+    secrets: Sequence[bytes],
+    params: ConsensusParams,
+    assigned_to: Sequence[bytes],
+) -> Transaction:
+    """Sign; with ``assigned_to``, vary only the BIP340 aux randomness (so the txid, never the
+    content) until S5 assigns the tx to a block on each of those previous links, as a real
+    tx waits for an assigned block (devnet c = 1/16, PROTOCOL.md v2.1 §10)."""
+    for attempt in range(MAX_ASSIGNMENT_TRIES):
+        aux = attempt.to_bytes(32, "big")
+        tx = sign_transaction(kind, inputs, outputs, secrets, params, aux)
+        if all(is_assigned(tx.txid, prev, params) for prev in assigned_to):
+            return tx
+    raise AssertionError(f"no signing assigned in {MAX_ASSIGNMENT_TRIES} tries")
+
+
 def transfer(
     inputs: Sequence[tuple[bytes, int]],
     outputs: Sequence[tuple[int, bytes]],
     params: ConsensusParams,
     secret: bytes = FAUCET_SECRET,
+    *,
+    assigned_to: Sequence[bytes] = (),
 ) -> Transaction:
-    """A TRANSFER of ``inputs`` (all signed by ``secret``) to ``(amount, address)`` outputs."""
-    return sign_transaction(
+    """A TRANSFER of ``inputs`` (all signed by ``secret``) to ``(amount, address)`` outputs.
+
+    ``assigned_to``: the previous links of the blocks that will carry it (S5 must pass there);
+    without it the tx is signed with zero aux randomness, as before.
+    """
+    return _signed(
         TxKind.TRANSFER,
         [(TxId(t), i) for t, i in inputs],
         [TxOut(a, Address(addr)) for a, addr in outputs],
         [secret] * len(inputs),
         params,
+        assigned_to,
     )
 
 
@@ -212,17 +261,23 @@ def redemption(
     claim: int,
     payee: bytes,
     params: ConsensusParams,
+    *,
+    assigned_to: Sequence[bytes] = (),
 ) -> Transaction:
-    """A REDEMPTION of ``claim`` to ``payee`` from the anchor, naming ``next_key`` (§9 R4)."""
+    """A REDEMPTION of ``claim`` to ``payee`` from the anchor, naming ``next_key`` (§9 R4).
+
+    ``assigned_to`` as in :func:`transfer` (a redemption at index 0 needs none: S5 exempts it).
+    """
     outputs = [TxOut(0, Address(next_key))]
     if claim:
         outputs.append(TxOut(claim, Address(payee)))
-    return sign_transaction(
+    return _signed(
         TxKind.REDEMPTION,
         [(TxId(anchor_txid), REDEMPTION_INDEX)],
         outputs,
         [secret],
         params,
+        assigned_to,
     )
 
 
@@ -278,6 +333,7 @@ def key(n: int) -> tuple[bytes, Address]:
 __all__ = [
     "Ledger",
     "Node",
+    "is_assigned",
     "key",
     "ledger_of",
     "ledger_state",

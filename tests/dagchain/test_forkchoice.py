@@ -171,20 +171,30 @@ def two_branch_node() -> tuple[Node, list[Block], list[Block], list[Block]]:
     node = Node(DEVNET)
     common = node.warm_peer_chain(ALICE)
     a4 = common[-1]
-    to_bob = transfer([(node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET)
-    bob_on = transfer([(to_bob.txid, 0)], [(FAUCET_COINS - 9, DAVE)], DEVNET, secret=BOB_SECRET)
+    # Every tx is assigned (S5, devnet c = 1/16) to the block that carries it.
+    to_bob = transfer([(node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[a4.id])
     l5 = node.mine(a4.id, txs=[to_bob], ms=True)
+    bob_on = transfer(
+        [(to_bob.txid, 0)], [(FAUCET_COINS - 9, DAVE)], DEVNET, BOB_SECRET, assigned_to=[l5.id]
+    )
     anchor = record(node.chain, common[0].id).anchor_txid
-    redeem = redemption(anchor, ALICE_SECRET, ALICE, 10**8, DAVE, DEVNET)
+    redeem = redemption(anchor, ALICE_SECRET, ALICE, 10**8, DAVE, DEVNET)  # index 0: exempt
     l6 = node.mine(l5.id, txs=[redeem, bob_on], ms=True)
-    to_carol = transfer([(node.genesis, 0)], [(FAUCET_COINS - 7, CAROL)], DEVNET)
-    carol_on = transfer(
-        [(to_carol.txid, 0)], [(FAUCET_COINS - 100, DAVE)], DEVNET, secret=CAROL_SECRET
+    to_carol = transfer(
+        [(node.genesis, 0)], [(FAUCET_COINS - 7, CAROL)], DEVNET, assigned_to=[a4.id]
     )
     w5 = node.mine(a4.id, milestone=a4.id, txs=[to_carol], tip=common[0].id, ms=True)
+    carol_on = transfer(
+        [(to_carol.txid, 0)],
+        [(FAUCET_COINS - 100, DAVE)],
+        DEVNET,
+        CAROL_SECRET,
+        assigned_to=[w5.id],
+    )
     w6 = node.mine(w5.id, milestone=w5.id, txs=[carol_on], ms=True)
     assert node.chain.best_id == l6.id
-    w7 = node.mine(w6.id, milestone=w6.id, ms=True)
+    # A block on w7 may carry L's ``bob_on`` again (test_reorg_forgets_...).
+    w7 = node.mine(w6.id, milestone=w6.id, ms=True, child_carries=[bob_on.txid])
     return node, common, [l5, l6], [w5, w6, w7]
 
 
@@ -239,7 +249,7 @@ def test_recovery_reopens_to_identical_state() -> None:
     heights and pending set, writes nothing, and the reopened chain keeps accepting blocks."""
     node = Node(DEVNET)
     last = node.warm_peer_chain(ALICE)[-1]
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS - 3, BOB)], DEVNET)
+    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS - 3, BOB)], DEVNET, assigned_to=[last.id])
     last = node.mine(last.id, txs=[pay], ms=True)
     pending = node.mine(last.id)
     state = everything(node)

@@ -39,8 +39,10 @@ def warm_node(params: ConsensusParams = DEVNET) -> tuple[Node, Block]:
 def test_v1_same_block_chaining_is_valid() -> None:
     """V1: a tx may spend an output of an earlier tx of the same block (index order)."""
     node, last = warm_node()
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET)
-    onward = transfer([(pay.txid, 0)], [(FAUCET_COINS, CAROL)], DEVNET, secret=BOB_SECRET)
+    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET, assigned_to=[last.id])
+    onward = transfer(
+        [(pay.txid, 0)], [(FAUCET_COINS, CAROL)], DEVNET, BOB_SECRET, assigned_to=[last.id]
+    )
     block = node.mine(last.id, txs=[pay, onward], ms=True)
 
     assert verdicts(node.chain, block.id) == [Reason.VALID, Reason.VALID]
@@ -53,8 +55,10 @@ def test_v1_same_block_chaining_is_valid() -> None:
 def test_v1_spending_a_later_tx_of_the_same_block_is_missing_input() -> None:
     """V1 "never by anything earlier": the spender placed before its parent is missing-input."""
     node, last = warm_node()
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET)
-    onward = transfer([(pay.txid, 0)], [(FAUCET_COINS, CAROL)], DEVNET, secret=BOB_SECRET)
+    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET, assigned_to=[last.id])
+    onward = transfer(
+        [(pay.txid, 0)], [(FAUCET_COINS, CAROL)], DEVNET, BOB_SECRET, assigned_to=[last.id]
+    )
     block = node.mine(last.id, txs=[onward, pay], ms=True)
 
     assert verdicts(node.chain, block.id) == [Reason.MISSING_INPUT, Reason.VALID]
@@ -65,9 +69,11 @@ def test_v1_spending_a_later_tx_of_the_same_block_is_missing_input() -> None:
 def test_v1_output_is_spendable_by_a_later_block_of_the_same_level_set() -> None:
     """V1: a VALID output is spendable by later blocks of the same level set."""
     node, last = warm_node()
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET)
-    onward = transfer([(pay.txid, 0)], [(FAUCET_COINS, CAROL)], DEVNET, secret=BOB_SECRET)
+    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET, assigned_to=[last.id])
     first = node.mine(last.id, txs=[pay])
+    onward = transfer(
+        [(pay.txid, 0)], [(FAUCET_COINS, CAROL)], DEVNET, BOB_SECRET, assigned_to=[first.id]
+    )
     second = node.mine(first.id, txs=[onward], ms=True)
 
     assert node.chain.ls_height(first.id) == node.chain.ls_height(second.id)
@@ -84,8 +90,10 @@ def test_v2_first_spend_in_total_order_wins_not_first_arrival() -> None:
     node = Node(DEVNET)
     a_last = node.warm_peer_chain(ALICE)[-1]
     b_last = node.warm_peer_chain(BOB)[-1]
-    to_bob = transfer([(node.genesis, 7)], [(FAUCET_COINS, BOB)], DEVNET)
-    to_carol = transfer([(node.genesis, 7)], [(FAUCET_COINS, CAROL)], DEVNET)
+    to_bob = transfer([(node.genesis, 7)], [(FAUCET_COINS, BOB)], DEVNET, assigned_to=[a_last.id])
+    to_carol = transfer(
+        [(node.genesis, 7)], [(FAUCET_COINS, CAROL)], DEVNET, assigned_to=[b_last.id]
+    )
     # b_blk arrives first, but M's previous link (a_blk) comes before its tip link in L2 order.
     b_blk = node.mine(b_last.id, txs=[to_carol])
     a_blk = node.mine(a_last.id, txs=[to_bob])
@@ -104,8 +112,9 @@ def test_v2_first_spend_in_total_order_wins_not_first_arrival() -> None:
 def test_v2_a_valid_tx_repeated_in_a_later_block_is_a_double_spend() -> None:
     """V2: a tx already VALID that appears again in a later block is a later spend."""
     node, last = warm_node()
-    pay = transfer([(node.genesis, 3)], [(FAUCET_COINS - 10, BOB)], DEVNET)
-    first = node.mine(last.id, txs=[pay], ms=True)
+    pay = transfer([(node.genesis, 3)], [(FAUCET_COINS - 10, BOB)], DEVNET, assigned_to=[last.id])
+    # S5 (devnet c = 1/16): the repeat's block, on ``first``, must be assigned the tx too.
+    first = node.mine(last.id, txs=[pay], ms=True, child_carries=[pay.txid])
     root = node.chain.get_root(node.sent[0].id)
     utxos = node.chain.utxos()
     again = node.mine(first.id, txs=[pay], ms=True)
@@ -125,7 +134,7 @@ def test_v2_a_valid_tx_repeated_in_a_later_block_is_a_double_spend() -> None:
 
 
 SHARE_DEVNET = DEVNET.replace(sortition_weighting="share")
-"""Devnet (c = 1/1) under ``share``: v2 keeps S1's warm-up for that weighting only (§8.1)."""
+"""Devnet (c = 1/16) under ``share``: v2 keeps S1's warm-up for that weighting only (§8.1)."""
 
 
 def test_v4_txs_of_a_peer_chain_up_to_height_k_are_warmup() -> None:
@@ -207,7 +216,9 @@ def test_s6_block_ordered_too_long_after_its_milestone_link_loses_its_txs(
     node = Node(FRESHNESS_PARAMS)
     a_last = node.warm_peer_chain(ALICE)[-1]
     b_last = node.warm_peer_chain(BOB)[-1]
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, CAROL)], FRESHNESS_PARAMS)
+    pay = transfer(
+        [(node.genesis, 0)], [(FAUCET_COINS, CAROL)], FRESHNESS_PARAMS, assigned_to=[b_last.id]
+    )
     late = node.mine(b_last.id, txs=[pay])
     link_height = node.chain.best_height
     a_last = node.milestones(a_last, distance - 1)[-1]
@@ -226,10 +237,13 @@ def test_v6_missing_input_and_double_spend_are_told_apart() -> None:
     """V6: an outpoint this chain never had is missing-input; one it already spent is
     double-spend."""
     node, last = warm_node()
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET)
+    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET, assigned_to=[last.id])
     last = node.mine(last.id, txs=[pay], ms=True)
-    respend = transfer([(node.genesis, 0)], [(FAUCET_COINS, CAROL)], DEVNET)
-    unknown = transfer([(node.genesis, DEVNET.faucet_outputs)], [(1, CAROL)], DEVNET)
+    on = [last.id]
+    respend = transfer([(node.genesis, 0)], [(FAUCET_COINS, CAROL)], DEVNET, assigned_to=on)
+    unknown = transfer(
+        [(node.genesis, DEVNET.faucet_outputs)], [(1, CAROL)], DEVNET, assigned_to=on
+    )
     block = node.mine(last.id, txs=[unknown, respend], ms=True)
 
     assert verdicts(node.chain, block.id) == [Reason.MISSING_INPUT, Reason.DOUBLE_SPEND]
@@ -238,7 +252,9 @@ def test_v6_missing_input_and_double_spend_are_told_apart() -> None:
 def test_v7_spend_with_a_key_that_is_not_the_outputs_address_is_wrong_key() -> None:
     """V7: H(input pubkey) must equal the spent output's address."""
     node, last = warm_node()
-    theft = transfer([(node.genesis, 5)], [(FAUCET_COINS, BOB)], DEVNET, secret=BOB_SECRET)
+    theft = transfer(
+        [(node.genesis, 5)], [(FAUCET_COINS, BOB)], DEVNET, BOB_SECRET, assigned_to=[last.id]
+    )
     block = node.mine(last.id, txs=[theft], ms=True)
 
     assert verdicts(node.chain, block.id) == [Reason.WRONG_KEY]
@@ -248,8 +264,9 @@ def test_v7_spend_with_a_key_that_is_not_the_outputs_address_is_wrong_key() -> N
 def test_v8_outputs_above_inputs_are_overspend() -> None:
     """V8: Σ inputs ≥ Σ outputs, else overspend; nothing is spent or created."""
     node, last = warm_node()
-    greedy = transfer([(node.genesis, 6)], [(FAUCET_COINS + 1, BOB)], DEVNET)
-    exact = transfer([(node.genesis, 8)], [(FAUCET_COINS, BOB)], DEVNET)
+    on = [last.id]
+    greedy = transfer([(node.genesis, 6)], [(FAUCET_COINS + 1, BOB)], DEVNET, assigned_to=on)
+    exact = transfer([(node.genesis, 8)], [(FAUCET_COINS, BOB)], DEVNET, assigned_to=on)
     block = node.mine(last.id, txs=[greedy, exact], ms=True)
 
     assert verdicts(node.chain, block.id) == [Reason.OVERSPEND, Reason.VALID]
@@ -265,10 +282,16 @@ def test_v3_fees_of_valid_transfers_are_credited_to_the_blocks_root() -> None:
     before = node.chain.get_root(root)
     assert before is not None
     fee_a, fee_b = 1_234, 5_000_000
+    on = [last.id]
     txs = [
-        transfer([(node.genesis, 0)], [(FAUCET_COINS - fee_a, BOB)], DEVNET),
-        transfer([(node.genesis, 1), (node.genesis, 2)], [(2 * FAUCET_COINS - fee_b, BOB)], DEVNET),
-        transfer([(node.genesis, 0)], [(1, CAROL)], DEVNET),  # double-spend: no fee
+        transfer([(node.genesis, 0)], [(FAUCET_COINS - fee_a, BOB)], DEVNET, assigned_to=on),
+        transfer(
+            [(node.genesis, 1), (node.genesis, 2)],
+            [(2 * FAUCET_COINS - fee_b, BOB)],
+            DEVNET,
+            assigned_to=on,
+        ),
+        transfer([(node.genesis, 0)], [(1, CAROL)], DEVNET, assigned_to=on),  # double-spend
     ]
     # The block is its own milestone with |LS| = 1, so no bonus mixes in (R7).
     block = node.mine(last.id, txs=txs, ms=True)
@@ -303,7 +326,7 @@ def test_mempool_refuses_registration_and_redemption_t7() -> None:
 def test_mempool_refuses_spent_and_missing_inputs_v6() -> None:
     """§7.5: every input must be unspent in the best chain's ledger (no unconfirmed parents)."""
     node, last = warm_node()
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET)
+    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS, BOB)], DEVNET, assigned_to=[last.id])
     node.mine(last.id, txs=[pay], ms=True)
     spent = transfer([(node.genesis, 0)], [(FAUCET_COINS, CAROL)], DEVNET)
     missing = transfer([(node.genesis, DEVNET.faucet_outputs)], [(1, CAROL)], DEVNET)

@@ -468,13 +468,18 @@ def test_warmup_chain_gets_no_txs_under_share() -> None:
 
 
 def test_no_warmup_under_uniform() -> None:
-    """§8.1 S1 (v2): under ``uniform`` weighting (devnet c = 1/1) a new peer chain's second block
-    already carries every tx."""
+    """§8.1 S1 (v2): under ``uniform`` weighting a new peer chain's second block already carries
+    what S5 assigns to it: on devnet (c = 1/16, v2.1) the txs with d · 16 < 2^256, the same as a
+    block past K; with S5 off, every tx."""
     assert DEVNET.sortition_weighting == "uniform"
-    for params in (DEVNET, OPEN_PARAMS):
-        pool, _ = filled_pool(20, params)
-        second = SortitionWindow(peer_height=2, work=0, span_ms=0)
-        assert len(pool.select_for_template(PREV, second, 0, 127, 10**9)) == 20
+    second = SortitionWindow(peer_height=2, work=0, span_ms=0)
+    pool, txs = filled_pool(400, DEVNET)
+    chosen = {tx.txid for tx in pool.select_for_template(PREV, second, 0, 1_000, 10**9)}
+    assigned = {tx.txid for tx in txs if is_tx_assigned(tx.txid, PREV, OPEN_WINDOW, 0, DEVNET)}
+    assert chosen == assigned
+    assert 10 <= len(chosen) <= 45  # about 25 = 400 / 16
+    pool, _ = filled_pool(20, OPEN_PARAMS)
+    assert len(pool.select_for_template(PREV, second, 0, 127, 10**9)) == 20
 
 
 def sim_block_id(nonce: int) -> BlockId:

@@ -1,5 +1,8 @@
 """Network presets and genesis blocks (PROTOCOL.md §10)."""
 
+from fractions import Fraction
+from pathlib import Path
+
 import pytest
 
 from dagchain.blocks import decode_block
@@ -143,7 +146,7 @@ def test_get_params_unknown_name_lists_the_choices() -> None:
     [
         pytest.param(MAINNET, 100, (1, 120), 3, 10, 100, 6, 15_000, id="mainnet"),
         pytest.param(TESTNET, 100, (1, 120), 3, 10, 100, 6, 15_000, id="testnet"),
-        pytest.param(DEVNET, 4, (1, 1), 20, 20, 20, 1, 5_000, id="devnet"),
+        pytest.param(DEVNET, 4, (1, 16), 20, 20, 20, 1, 5_000, id="devnet"),
         pytest.param(SIM, 100, (1, 120), 3, 10, 100, 6, 2_000, id="sim"),
     ],
 )
@@ -157,7 +160,7 @@ def test_preset_sortition_freshness_finality_and_drift(
     confirm: int,
     drift_ms: int,
 ) -> None:
-    """§10 (v2): uniform weighting by default, c = 1/120 (devnet 1/1), up to 8 tip links (§8.1)."""
+    """§10 (v2.1): uniform weighting by default, c = 1/120 (devnet 1/16), up to 8 tip links."""
     assert params.sortition_warmup == k
     assert (params.sortition_c_num, params.sortition_c_den) == c
     assert params.sortition_weighting == "uniform"
@@ -167,6 +170,51 @@ def test_preset_sortition_freshness_finality_and_drift(
     assert params.punctuality == punctuality
     assert params.confirm_depth == confirm
     assert params.max_future_drift_ms == drift_ms
+
+
+SORTITION_ROW = (
+    "| 100; 1/120; uniform | 100; 1/120; uniform | 4; 1/16; uniform (v2.1) | 100; 1/120; uniform |"
+)
+"""PROTOCOL.md v2.1 §10, row "K (`sortition_warmup`); c (`c_num/c_den`); `sortition_weighting`"
+(mainnet, testnet, devnet, sim), copied so the check runs from a clone without ``../shared``."""
+SPEC = Path(__file__).resolve().parents[3] / "shared" / "PROTOCOL.md"
+
+
+def _sortition_row(row: str) -> list[tuple[int, Fraction, str]]:
+    """The row's cells as (K, c, weighting), a trailing "(v2.1)" note dropped."""
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    out = []
+    for cell in cells:
+        k, c, weighting = (part.strip() for part in cell.split(";"))
+        out.append((int(k), Fraction(c), weighting.split()[0]))
+    return out
+
+
+def test_devnet_sortition_is_v2_1s_k_4_c_1_16_uniform() -> None:
+    """§10 (v2.1): devnet's c is 1/16, not v2's 1/1 (which assigned every tx to every block and
+    turned S5 off); K = 4 and ``uniform`` weighting are unchanged."""
+    assert DEVNET.sortition_warmup == 4
+    assert (DEVNET.sortition_c_num, DEVNET.sortition_c_den) == (1, 16)
+    assert DEVNET.sortition_weighting == "uniform"
+    assert DEVNET.sortition_enabled
+    presets = (MAINNET, TESTNET, DEVNET, SIM)
+    assert _sortition_row(SORTITION_ROW) == [
+        (p.sortition_warmup, Fraction(p.sortition_c_num, p.sortition_c_den), p.sortition_weighting)
+        for p in presets
+    ]
+
+
+def test_sortition_row_matches_the_specification_when_it_is_there() -> None:
+    """The copied §10 row is the one in ``../shared/PROTOCOL.md`` (skipped without it)."""
+    if not SPEC.is_file():
+        pytest.skip(f"{SPEC} is not there")
+    rows = [
+        line
+        for line in SPEC.read_text(encoding="utf-8").splitlines()
+        if line.startswith("| K (`sortition_warmup`)")
+    ]
+    assert len(rows) == 1
+    assert _sortition_row(rows[0].split("|", 2)[2]) == _sortition_row(SORTITION_ROW)
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@ Proof of work is real but cheap: the module runs on DEVNET with a harder genesis
 about 64, and a mutated nonce fails H4 with probability 15/16 (on plain DEVNET almost every hash
 is a block, so a "bad PoW" block could not be built cheaply). DEVNET never retargets, so every
 milestone adds the same work and chainwork is proportional to height. The module keeps ``share``
-weighting (devnet c = 1/1, as in v1): S1's warm-up exists only under ``share`` (v2 §8.1), and the
-pool must still produce WARMUP verdicts next to VALID, double spends and missing inputs.
+weighting (as v1's devnet, with devnet's c, 1/16 since v2.1; ``eligible_transfer`` varies the fee
+until S5 passes): S1's warm-up exists only under ``share`` (v2 §8.1), and the pool must still
+produce WARMUP verdicts next to VALID, double spends and missing inputs.
 
 Each DAG of the pool is built once per module; Hypothesis draws delivery permutations, prefixes,
 mutations and fork shapes over them, so an example costs a few dozen ``on_block`` calls.

@@ -18,7 +18,12 @@ def test_utxos_of_equals_the_utxo_set_restricted_to_the_address() -> None:
     assert utxos_of(node.chain, BOB) == []
 
     warm = node.warm_peer_chain(ALICE)
-    pay = transfer([(node.genesis, 0)], [(5, BOB), (FAUCET_COINS - 10, ALICE)], DEVNET)
+    pay = transfer(
+        [(node.genesis, 0)],
+        [(5, BOB), (FAUCET_COINS - 10, ALICE)],
+        DEVNET,
+        assigned_to=[warm[-1].id],
+    )
     block = node.mine(warm[-1].id, txs=[pay], ms=True)
     assert block_tx_reasons(node.chain, block.id) == (Reason.VALID,)
     bob = utxos_of(node.chain, BOB)

@@ -73,7 +73,9 @@ def test_r2_a_stale_block_earns_its_fees_only(distance: int, fresh: bool) -> Non
     a_last = node.warm_peer_chain(ALICE)[-1]
     b_chain = node.warm_peer_chain(BOB)
     fee = 777
-    pay = transfer([(node.genesis, 0)], [(FAUCET_COINS - fee, BOB)], params)
+    pay = transfer(
+        [(node.genesis, 0)], [(FAUCET_COINS - fee, BOB)], params, assigned_to=[b_chain[-1].id]
+    )
     late = node.mine(b_chain[-1].id, txs=[pay])
     link_height = node.chain.best_height
     a_last = node.milestones(a_last, distance - 1)[-1]

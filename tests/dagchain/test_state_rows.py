@@ -24,14 +24,20 @@ def test_s12_outpoint_keys_below_and_above_index_256_match_the_schema() -> None:
     store = MemoryStore()
     node = Node(WIDE, store)
     last = node.warm_peer_chain(ALICE)[-1]
-    fan = transfer([(node.genesis, 0)], [(FAUCET_COINS // 300, BOB)] * 300, WIDE)
+    fan = transfer(
+        [(node.genesis, 0)], [(FAUCET_COINS // 300, BOB)] * 300, WIDE, assigned_to=[last.id]
+    )
     last = node.mine(last.id, txs=[fan], ms=True)
     for index in (0, 255, 256, 299):
         assert store.get(S.outpoint_key(S.P_UTXO, fan.txid, index)) is not None
         assert store.get(S.address_key(BOB, fan.txid, index)) is not None
 
     spend = transfer(
-        [(fan.txid, 255), (fan.txid, 256)], [(FAUCET_COINS // 300, ALICE)], WIDE, BOB_SECRET
+        [(fan.txid, 255), (fan.txid, 256)],
+        [(FAUCET_COINS // 300, ALICE)],
+        WIDE,
+        BOB_SECRET,
+        assigned_to=[last.id],
     )
     node.mine(last.id, txs=[spend], ms=True)
     for index in (255, 256):
@@ -51,7 +57,7 @@ def test_utxo_set_entries_leave_gc_scans() -> None:
     collection (``Chain.get_utxo`` still returns ``Utxo`` records)."""
     node = Node(WIDE)
     last = node.warm_peer_chain(ALICE)[-1]
-    fan = transfer([(node.genesis, 0)], [(FAUCET_COINS // 3, BOB)] * 3, WIDE)
+    fan = transfer([(node.genesis, 0)], [(FAUCET_COINS // 3, BOB)] * 3, WIDE, assigned_to=[last.id])
     node.mine(last.id, txs=[fan], ms=True)
     gc.collect()
     entries = list(node.chain.state.utxos.values())

@@ -16,7 +16,7 @@ from dagchain.template import (
 )
 from dagchain.transactions import TxKind
 from tests.dagchain.builders import grind
-from tests.dagchain.chainkit import Node, key, transfer
+from tests.dagchain.chainkit import Node, is_assigned, key, transfer
 
 FAUCET_COINS = 10**14
 _, ALICE = key(2)
@@ -70,10 +70,22 @@ def test_root_template_extends_the_peer_chain_and_tips_a_fresh_block_of_another(
 
 
 def test_warm_peer_chain_template_takes_mempool_txs_that_then_confirm() -> None:
+    """The template takes the pool txs S5 assigns to its previous link (devnet c = 1/16, v2.1)
+    and leaves the others for a later block."""
     node, pool = Node(DEVNET), Mempool(DEVNET)
     warm = node.warm_peer_chain(ALICE)
-    tx = transfer([(node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET)
-    pool.add(tx, node.chain.check_transaction(tx), node.now_ms)
+    tx = transfer([(node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[warm[-1].id])
+    unassigned = next(
+        other
+        for i in range(1, DEVNET.faucet_outputs)
+        if not is_assigned(
+            (other := transfer([(node.genesis, i)], [(FAUCET_COINS - 5, BOB)], DEVNET)).txid,
+            warm[-1].id,
+            DEVNET,
+        )
+    )
+    for pool_tx in (tx, unassigned):
+        pool.add(pool_tx, node.chain.check_transaction(pool_tx), node.now_ms)
     t = try_build_template(node.chain, pool, node.now_ms, root=warm[0].id)
     assert t.txs == (tx,)
     assert t.redeemable == node.chain.redeemable(warm[0].id) > 0

@@ -5,8 +5,9 @@ The v2 counterpart of ``test_properties.py``: every block names 1..``max_tip_lin
 from recent blocks of other peer chains (ascending, committed by ``tips_root``), some miners fork
 their own peer chain (S7 second children, §12 ``c`` rows), milestones fork. Real but cheap proof
 of work on DEVNET with a harder genesis target (``0x20040000``: a block costs ~16 hashes, a
-milestone ~64, and a changed nonce fails H4 with probability 15/16). DEVNET's c = 1 assigns every
-tx (S5), so txs are INVALID only by S7, conflicts or missing inputs.
+milestone ~64, and a changed nonce fails H4 with probability 15/16). Every tx is signed so that S5
+assigns it to the block built for it (devnet's c is 1/16 since v2.1: ``spend`` varies the
+signature's aux randomness), so txs are INVALID only by S7, conflicts or missing inputs.
 
 Properties: (a) any delivery order gives the same best chain, level sets, verdicts, ledger and
 stored ledger rows (``c`` included); (b) a block refused for its tip list (H5 with a matching
@@ -30,10 +31,10 @@ from dagchain.errors import InvalidBlock, MalformedBlock, Reason, RejectedBlock
 from dagchain.genesis import FAUCET_SECRET
 from dagchain.params import DEVNET
 from dagchain.storage.memory import MemoryStore
-from dagchain.transactions import Transaction, TxKind, TxOut, sign_transaction
-from dagchain.types import NULL_ID, Address, BlockId, TxId
+from dagchain.transactions import Transaction
+from dagchain.types import NULL_ID, BlockId
 from tests.dagchain.builders import address_of_secret, build_block, grind, secret_of
-from tests.dagchain.chainkit import Ledger, ledger_of, store_rows, verdicts
+from tests.dagchain.chainkit import Ledger, ledger_of, store_rows, transfer, verdicts
 
 PARAMS = DEVNET.replace(genesis_ms_target_bits=0x20040000)
 NOW = PARAMS.genesis_timestamp_ms + 10**9
@@ -54,10 +55,12 @@ def deliver(chain: Chain, blocks: Sequence[Block]) -> None:
         chain.on_block(block.raw, NOW)
 
 
-def spend(op: tuple[bytes, int], amount: int, secret: bytes, to: bytes) -> Transaction:
-    return sign_transaction(
-        TxKind.TRANSFER, [(TxId(op[0]), op[1])], [TxOut(amount, Address(to))], [secret], PARAMS
-    )
+def spend(
+    op: tuple[bytes, int], amount: int, secret: bytes, to: bytes, previous: bytes
+) -> Transaction:
+    """A one-input, one-output TRANSFER assigned (S5) to a block whose previous link is
+    ``previous``."""
+    return transfer([op], [(amount, to)], PARAMS, secret, assigned_to=[previous])
 
 
 @dataclass
@@ -91,19 +94,19 @@ class DagBuilder:
         k = self.rng.randint(1, MAX_TIPS)
         return sorted(self.rng.sample(list(dict.fromkeys(pool)), min(k, len(set(pool)))))
 
-    def random_txs(self) -> list[Transaction]:
+    def random_txs(self, previous: bytes) -> list[Transaction]:
+        """0-2 txs for a block whose previous link is ``previous``."""
         rng = self.rng
         txs: list[Transaction] = []
         for _ in range(rng.randrange(3)):
             to = address_of_secret(rng.choice(WALLET))
             if self.used and rng.random() < 0.25:  # a conflicting spend of a used faucet output
-                txs.append(
-                    spend(rng.choice(self.used), 10**6 + rng.randrange(10**6), FAUCET_SECRET, to)
-                )
+                amount = 10**6 + rng.randrange(10**6)
+                txs.append(spend(rng.choice(self.used), amount, FAUCET_SECRET, to, previous))
             elif self.faucet and rng.random() < 0.6:
                 op = self.faucet.pop()
                 self.used.append(op)
-                txs.append(spend(op, PARAMS.faucet_amount - 100, FAUCET_SECRET, to))
+                txs.append(spend(op, PARAMS.faucet_amount - 100, FAUCET_SECRET, to, previous))
             else:
                 owned = [
                     (op, u)
@@ -112,7 +115,7 @@ class DagBuilder:
                 ]
                 if owned:
                     op, u = rng.choice(owned)
-                    txs.append(spend(op, u.amount - 1, OWNER[u.address], to))
+                    txs.append(spend(op, u.amount - 1, OWNER[u.address], to, previous))
         unique = {t.txid: t for t in txs}
         return list(unique.values())
 
@@ -134,7 +137,7 @@ class DagBuilder:
             tips = self.random_tips(miner)
         tips = [t for t in tips if t != previous] or None
         if txs is None:
-            txs = [] if register is not None else self.random_txs()
+            txs = [] if register is not None else self.random_txs(previous)
         block = build_block(
             chain,
             previous=previous,
@@ -447,7 +450,11 @@ def build_fork(seed: int, prefix_ms: int, a1: int, lead: int, overtake: int, fil
             m1,
             want=False,
             ms=fork_point,
-            txs=[spend(contested, 5 * 10**6, FAUCET_SECRET, address_of_secret(WALLET[0]))],
+            txs=[
+                spend(
+                    contested, 5 * 10**6, FAUCET_SECRET, address_of_secret(WALLET[0]), m1.blocks[-1]
+                )
+            ],
         )
     )
     a_head = fork_point
@@ -459,11 +466,12 @@ def build_fork(seed: int, prefix_ms: int, a1: int, lead: int, overtake: int, fil
     side_blocks: list[Block] = []
     fork_parent = side.blocks[-1]
     b_head = fork_point
-    double = spend(contested, 7 * 10**6, FAUCET_SECRET, address_of_secret(WALLET[1]))
+    double = spend(contested, 7 * 10**6, FAUCET_SECRET, address_of_secret(WALLET[1]), fork_parent)
     for i in range(a1 + lead):
         for j in range(fill + 2):
-            txs = [double] if (i, j) == (0, 0) else b.random_txs()
             previous = fork_parent if (i, j) in ((0, 0), (0, 1)) else None
+            on = previous if previous is not None else side.blocks[-1]
+            txs = [double] if (i, j) == (0, 0) else b.random_txs(on)
             tips = b.random_tips(side, prefix[-8:])
             if (i, j) == (0, 1):  # the second sibling links the first: both are ordered
                 tips = sorted({*tips[: MAX_TIPS - 1], side_blocks[0].id})

@@ -32,7 +32,7 @@ from dagchain.sortition import SortitionWindow, assignment_bound, compute_sortit
 from dagchain.storage.memory import MemoryStore
 from dagchain.transactions import Transaction, TxKind, TxOut, make_transaction, sign_transaction
 from dagchain.types import NULL_ID, Address, BlockId, TxId
-from p2p.gossip import score_block_error
+from p2p.scores import score_block_error
 from p2p.service import NodeService
 from tests.dagchain.builders import address_of_secret, build_block, secret_of
 

@@ -75,7 +75,9 @@ class FuzzNode:
         warm = [self.mine(genesis, register=ALICE, ms=True)]
         for _ in range(DEVNET.sortition_warmup - 1):
             warm.append(self.mine(warm[-1].id, ms=True))
-        self.confirmed_tx = transfer([(genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET)
+        self.confirmed_tx = transfer(  # S5 (devnet c = 1/16): assigned to the block on warm[-1]
+            [(genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[warm[-1].id]
+        )
         self.service.submit_tx(self.confirmed_tx.raw)
         tx_block = self.mine(warm[-1].id, txs=[self.confirmed_tx], ms=True)
         pending = self.mine(tx_block.id, ms=False)

@@ -17,7 +17,7 @@ from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from dagchain.transactions import Transaction
 from node.net.manager import PeerManager
-from p2p import gossip, wire
+from p2p import gossip, scores, wire
 from p2p.service import NodeService
 from p2p.settings import P2PSettings
 from tests.dagchain.chainkit import Node, key, transfer
@@ -179,7 +179,7 @@ async def test_reaching_the_ban_threshold_closes_4006_even_with_another_close_on
     # in one tick: a third request timeout closes (1000), then the peer reaches the threshold
     peer.timeouts = gossip.MAX_TIMEOUTS - 1
     manager._on_timeout(peer, "milestones")
-    manager._penalise(peer, gossip.BAN_THRESHOLD, "test: ban")
+    manager._penalise(peer, scores.BAN_THRESHOLD, "test: ban")
     msg = await asyncio.wait_for(client.ws.receive(), TIMEOUT_S)
     while msg.type == aiohttp.WSMsgType.BINARY:
         msg = await asyncio.wait_for(client.ws.receive(), TIMEOUT_S)

@@ -3,7 +3,7 @@
 import random
 
 from node.net.addrbook import AddrBook
-from p2p import gossip, wire
+from p2p import gossip, scores, wire
 from p2p.addrgossip import AddrGossip
 
 NOW_MS = 1_000_000_000
@@ -35,7 +35,7 @@ def test_an_unsolicited_addr_of_fresh_entries_is_relayed_to_two_others() -> None
 def test_an_unsolicited_addr_of_more_than_10_costs_20_but_the_answer_may_be_large() -> None:
     big = wire.Addr(tuple((f"10.0.1.{i}", 9000, 0) for i in range(11)))
     addr = AddrGossip(AddrBook(None), random.Random(1))
-    assert addr.on_addr("p", big, [], NOW_MS).score == gossip.SCORE_BIG_ADDR
+    assert addr.on_addr("p", big, [], NOW_MS).score == scores.SCORE_BIG_ADDR
     addr.on_ready("q", "10.0.0.3", 9000, True, 0, NOW_MS)  # we sent getaddr to q
     assert addr.on_addr("q", big, [], NOW_MS).score == 0
 

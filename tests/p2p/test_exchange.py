@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
-from p2p import gossip, wire
+from p2p import scores, wire
 from p2p.exchange import Exchange, NoVerifier
 from p2p.service import NodeService
 from tests.dagchain.chainkit import Node, key, transfer
@@ -139,7 +139,7 @@ def test_a_third_getdata_while_two_answers_are_unwritten_costs_a_point() -> None
         exchange.receive("a", ask, kit.now_ms)
     assert links.penalties == []
     exchange.receive("a", ask, kit.now_ms)
-    assert links.penalties == [("a", gossip.SCORE_RATE, "getdata beyond 2 outstanding")]
+    assert links.penalties == [("a", scores.SCORE_RATE, "getdata beyond 2 outstanding")]
     served = sum(1 for _, m in links.sent if isinstance(m, wire.BlockMsg))
     assert served == 2
     links.unwritten.pop(0)()  # one answer reached the socket: the next getdata is served
@@ -154,4 +154,4 @@ def test_a_message_without_a_handler_here_costs_a_point() -> None:
     exchange, links, kit = _exchange([True])
     exchange.peer_ready("a", _hello(0, 0, kit.chain.genesis_id), kit.now_ms)
     exchange.receive("a", wire.Ping(7), kit.now_ms)
-    assert links.penalties == [("a", gossip.SCORE_UNSOLICITED, "unexpected ping")]
+    assert links.penalties == [("a", scores.SCORE_UNSOLICITED, "unexpected ping")]

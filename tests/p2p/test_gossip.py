@@ -7,18 +7,20 @@ from dagchain.errors import MalformedBlock, NotYetValid, RejectedBlock
 from p2p import wire
 from p2p.gossip import (
     AddrLimiter,
-    BanList,
     BlockFetcher,
     KnownInventory,
+    TxAnnouncer,
+    plan_block_relay,
+    plan_tx_announcements,
+)
+from p2p.scores import (
+    BanList,
     Misbehaviour,
     MissingInputLimiter,
     TokenBucket,
-    TxAnnouncer,
     ban_key,
     charge_inbound,
     is_solicited_reply,
-    plan_block_relay,
-    plan_tx_announcements,
     score_block_error,
     score_tx_rule,
 )

@@ -77,7 +77,9 @@ def test_tx_whose_input_a_reorganisation_spends_leaves_the_mempool() -> None:
     fork = warm[-1]
     losing = mine(fork.id, ms=True)  # the best chain for now
     to_bob = pay(9, 5)
-    to_carol = transfer([(node.genesis, 9)], [(FAUCET_COINS - 7, CAROL)], DEVNET)
+    to_carol = transfer(
+        [(node.genesis, 9)], [(FAUCET_COINS - 7, CAROL)], DEVNET, assigned_to=[fork.id]
+    )  # S5 (devnet c = 1/16): a tx w5 may carry
     svc.submit_tx(to_bob.raw)
     assert node.chain.best_id == losing.id
     assert to_bob.txid in svc.mempool

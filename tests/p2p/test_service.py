@@ -116,7 +116,10 @@ def test_confirmed_tx_leaves_the_mempool(h: Harness) -> None:
     warm = [h.mine(h.node.genesis, register=ALICE, ms=True)]
     for _ in range(DEVNET.sortition_warmup - 1):
         warm.append(h.mine(warm[-1].id, ms=True))
-    tx = transfer([(h.node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET)
+    # S5 (devnet c = 1/16): the tx is one a block on warm[-1] may carry.
+    tx = transfer(
+        [(h.node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[warm[-1].id]
+    )
     h.service.submit_tx(tx.raw)
     h.mine(warm[-1].id, txs=[tx], ms=True)
     assert tx.txid not in h.service.mempool
@@ -130,7 +133,7 @@ def test_reorg_returns_undone_txs_and_drops_unspendable_ones(h: Harness) -> None
     for _ in range(DEVNET.sortition_warmup - 1):
         warm.append(h.mine(warm[-1].id, ms=True))
     a4 = warm[-1]
-    to_bob = transfer([(h.node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET)
+    to_bob = transfer([(h.node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[a4.id])
     h.service.submit_tx(to_bob.raw)
     h.mine(a4.id, txs=[to_bob], ms=True)  # l5: losing branch, seen first
     bob_on = transfer([(to_bob.txid, 0)], [(FAUCET_COINS - 9, CAROL)], DEVNET, BOB_SECRET)
@@ -157,7 +160,9 @@ def test_invalidate_and_reconsider_move_the_mempool_with_the_chain(h: Harness) -
     warm = [h.mine(h.node.genesis, register=ALICE, ms=True)]
     for _ in range(DEVNET.sortition_warmup - 1):
         warm.append(h.mine(warm[-1].id, ms=True))
-    tx = transfer([(h.node.genesis, 1)], [(FAUCET_COINS - 5, BOB)], DEVNET)
+    tx = transfer(
+        [(h.node.genesis, 1)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[warm[-1].id]
+    )
     h.service.submit_tx(tx.raw)
     top = h.mine(warm[-1].id, txs=[tx], ms=True)
     assert tx.txid not in h.service.mempool

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from dagchain.blocks import Block
 from dagchain.params import DEVNET, ConsensusParams
 from dagchain.retarget import Snapshot
-from p2p import gossip, wire
+from p2p import scores, wire
 from p2p.syncsession import SyncSession, SyncStep
 from tests.dagchain.builders import address_of_secret, secret_of
 from tests.dagchain.chainkit import Node
@@ -113,7 +113,7 @@ def test_an_unsolicited_reply_costs_10_and_keeps_the_round() -> None:
     session.add_peer("a", 10**30, 3)
     session.maybe_start(0)
     step = session.on_milestones("b", wire.Milestones(()), 0)
-    assert [(p.key, p.score) for p in step.penalties] == [("b", gossip.SCORE_UNSOLICITED)]
+    assert [(p.key, p.score) for p in step.penalties] == [("b", scores.SCORE_UNSOLICITED)]
     assert session.peer == "a"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dagchain.crypto import hash32
-from p2p import gossip, wire
+from p2p import wire
 from p2p.dispatch import HANDLERS
 from p2p.relay import RelaySettings
 from simulator.scenario import load_scenario
@@ -68,7 +68,7 @@ def test_blocks_arrive_in_full_from_few_peers_and_by_inv_otherwise(
     invs: Counter[tuple[int, bytes]] = Counter()
     for _, dst, _, msg in log:
         if isinstance(msg, wire.BlockMsg):
-            block_id = gossip.block_frame_id(msg.data)
+            block_id = wire.block_frame_id(msg.data)
             assert block_id is not None
             copies[dst, block_id] += 1
         elif isinstance(msg, wire.Inv):
