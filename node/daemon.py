@@ -27,12 +27,12 @@ from node.api import ApiContext, create_app
 from node.config import NodeConfig
 from node.metrics import NodeMetrics
 from node.net.manager import PeerManager
+from p2p import wire
 from p2p.service import NodeEvent, NodeService
 
-__all__ = ["P2P_PATH", "StartupError", "run_node", "wall_clock_ms"]
+__all__ = ["StartupError", "run_node", "wall_clock_ms"]
 
 log = logging.getLogger("dagchain.node")
-P2P_PATH = "/dagchain/p2p/v1"
 MAINTENANCE_INTERVAL_S = 5.0
 SHUTDOWN_STEP_S = 2.5
 """Each shutdown step (API listener, P2P listener, peers) gets at most this long: under 10 s."""
@@ -185,7 +185,7 @@ async def _start_peers(
         return None
     peers = PeerManager(config.p2p_settings(), service, node_id)
     p2p_app = web.Application(client_max_size=1024)
-    p2p_app.router.add_get(P2P_PATH, peers.handle_inbound)
+    p2p_app.router.add_get(wire.PROTOCOL_PATH, peers.handle_inbound)
     # Exit order is reversed: listener closed first (stop accepting), then peers closed.
     stack.push_async_callback(_stop_peers, peers)
     await peers.start(run=False)

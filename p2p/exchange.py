@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dagchain.crypto import hash32
-from p2p import gossip, wire
+from p2p import gossip, scores, wire
 from p2p.dispatch import Dispatcher
-from p2p.intake import Penalty, take_block, take_tx
+from p2p.intake import take_block, take_tx
 from p2p.relay import Relay, RelaySettings, Send
+from p2p.scores import Penalty
 from p2p.service import NodeEvent, NodeService
 from p2p.serving import serve_levelset, serve_milestones, serve_pending
 from p2p.syncsession import ServiceView, SyncSession, SyncStep, apply_ready
@@ -57,7 +58,7 @@ class Links(Protocol):
 class PeerLimits:
     """The exchange's per-peer limits of §11.7."""
 
-    missing_inputs: gossip.MissingInputLimiter = field(default_factory=gossip.MissingInputLimiter)
+    missing_inputs: scores.MissingInputLimiter = field(default_factory=scores.MissingInputLimiter)
     """Txs with missing inputs beyond 100 a minute cost a point each."""
     serving: int = 0
     """Our answers to this peer's getdata not yet written (at most two)."""
@@ -159,14 +160,14 @@ class Exchange:
         """Send; a block we send in full counts for the peer's best height (docs/p2p.md)."""
         for key, msg in sends:
             if self.links.send_to(key, msg) and isinstance(msg, wire.BlockMsg):
-                block_id = gossip.block_frame_id(msg.data)
+                block_id = wire.block_frame_id(msg.data)
                 if block_id is not None:
                     self.sync.note_milestone(key, block_id)
 
-    def penalise(self, key: str, penalties: Iterable[Penalty]) -> None:
-        """Apply (points, reason) penalties to ``key``."""
-        for points, reason in penalties:
-            self.links.penalise_key(key, points, reason)
+    def penalise(self, penalties: Iterable[Penalty]) -> None:
+        """Hand the penalties to the shell (§11.7)."""
+        for penalty in penalties:
+            self.links.penalise_key(*penalty)
 
     # ------------------------------------------------------------------ peers
     def peer_ready(self, key: str, hello: wire.Hello, now: int) -> None:
@@ -199,7 +200,7 @@ class Exchange:
 
     def on_unexpected(self, key: str, msg: wire.Message, now: int) -> None:
         """A message this node has no handler for (the simulator models no ``ping``/``addr``)."""
-        self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, f"unexpected {msg.TYPE}")
+        self.links.penalise_key(key, scores.SCORE_UNSOLICITED, f"unexpected {msg.TYPE}")
 
     def on_inv(self, key: str, msg: wire.Inv, now: int) -> None:
         """P11: announced items; known blocks count for the peer's best (P5)."""
@@ -215,7 +216,7 @@ class Exchange:
         if state is None:
             return
         if state.serving >= gossip.MAX_OUTSTANDING_GETDATA:
-            self.links.penalise_key(key, gossip.SCORE_RATE, "getdata beyond 2 outstanding")
+            self.links.penalise_key(key, scores.SCORE_RATE, "getdata beyond 2 outstanding")
             return
         state.serving += 1
         self.send(self.relay.on_getdata(key, msg))
@@ -229,7 +230,7 @@ class Exchange:
             return
         result = self.relay.on_notfound(key, msg, now)
         if not result.expected:
-            self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, "unsolicited notfound")
+            self.links.penalise_key(key, scores.SCORE_UNSOLICITED, "unsolicited notfound")
         self.send(result.sends)
 
     def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> None:
@@ -245,7 +246,7 @@ class Exchange:
         self.send(self.relay.on_tx(key, hash32(raw), now).sends)
         penalty = take_tx(self.service, key, raw, state.missing_inputs, now).penalty
         if penalty is not None:
-            self.links.penalise_key(key, *penalty)
+            self.links.penalise_key(*penalty)
 
     def on_getmilestones(self, key: str, msg: wire.GetMilestones, now: int) -> None:
         """P7, P8: milestone headers after the peer's locator."""
@@ -263,7 +264,7 @@ class Exchange:
         """P9: the pending blocks of the sync peer; fetch those we lack."""
         want = self.sync.on_pending(key, msg, lambda i: i in self.relay.fetcher)
         if want is None:
-            self.links.penalise_key(key, gossip.SCORE_UNSOLICITED, "unsolicited pending")
+            self.links.penalise_key(key, scores.SCORE_UNSOLICITED, "unsolicited pending")
             return
         for item in want:
             self.relay.fetcher.on_announce(item, key, now)
@@ -283,9 +284,9 @@ class Exchange:
         return self._applying_sync
 
     def _on_block(self, key: str, raw: bytes, now: int) -> None:
-        block_id = gossip.block_frame_id(raw)
+        block_id = wire.block_frame_id(raw)
         if block_id is None:
-            self.links.penalise_key(key, gossip.SCORE_BLOCK_INVALID, "block MALFORMED (H1)")
+            self.links.penalise_key(key, scores.SCORE_BLOCK_INVALID, "block MALFORMED (H1)")
             return
         arrival = self.relay.on_block(key, block_id, now)
         self.send(arrival.sends)
@@ -298,7 +299,7 @@ class Exchange:
         intake = take_block(self.service, key, block_id, raw, stale_filter)
         if intake.stale:
             return
-        self.penalise(key, intake.penalties)
+        self.penalise(intake.penalties)
         if intake.missing:
             self.send(self.relay.on_orphan(key, intake.missing, now))
         if intake.behind:
@@ -323,8 +324,7 @@ class Exchange:
         self.send(step.sends)
         for key, ids in step.fetch:
             self.send(self.relay.request(key, [(BLOCK, b) for b in ids], now))
-        for penalty in step.penalties:
-            self.links.penalise_key(penalty.key, penalty.score, penalty.reason)
+        self.penalise(step.penalties)
         if step.synced:
             self._became_synced()
         if step.pump is not None:

@@ -9,14 +9,12 @@ from dataclasses import dataclass
 from dagchain.chain import BlockOutcome, BlockStatus
 from dagchain.errors import InvalidBlock, InvalidTransaction, NotYetValid
 from dagchain.mempool import MempoolError
-from p2p import gossip
+from p2p import scores, wire
+from p2p.scores import Penalty
 from p2p.service import NodeService
 from p2p.syncsession import ORPHAN_SYNC_TRIGGER
 
 log = logging.getLogger(__name__)
-
-Penalty = tuple[int, str]
-"""Misbehaviour points and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,17 +56,17 @@ def take_block(
     try:
         outcome = service.submit_block(raw, key)
     except (InvalidBlock, NotYetValid) as exc:
-        score = gossip.score_block_error(exc)
+        score = scores.score_block_error(exc)
         reason = f"block {getattr(exc, 'rule', '?')}: {exc}"
         late = isinstance(exc, NotYetValid)
-        return BlockIntake(((score, reason),) if score else (), not_yet_valid=late)
+        return BlockIntake((Penalty(key, score, reason),) if score else (), not_yet_valid=late)
     if outcome.status is not BlockStatus.ORPHAN:
         return BlockIntake(outcome=outcome)
     penalties: tuple[Penalty, ...] = ()
     if key in outcome.evicted_orphans:
         reason = "orphan beyond the per-peer limit (P13)"
-        penalties = ((gossip.SCORE_ORPHAN_OVER_LIMIT, reason),)
-    ms_link = gossip.block_frame_milestone_link(raw)
+        penalties = (Penalty(key, scores.SCORE_ORPHAN_OVER_LIMIT, reason),)
+    ms_link = wire.block_frame_milestone_link(raw)
     # P13: an unknown milestone link means we are behind: milestone sync is faster
     behind = ms_link in outcome.missing or len(service.chain.orphans) > ORPHAN_SYNC_TRIGGER
     return BlockIntake(penalties, tuple(bytes(m) for m in outcome.missing), behind, outcome=outcome)
@@ -89,19 +87,20 @@ ADMITTED = TxIntake(True)
 
 
 def take_tx(
-    service: NodeService, key: str, raw: bytes, limiter: gossip.MissingInputLimiter, now_ms: int
+    service: NodeService, key: str, raw: bytes, limiter: scores.MissingInputLimiter, now_ms: int
 ) -> TxIntake:
     """Submit a tx from a peer (§7.5). Txs with missing inputs beyond 100 a minute cost 1 each
     (§11.7)."""
     if limiter.exhausted(now_ms) and service.lacks_inputs(raw):
-        return TxIntake(False, (gossip.SCORE_RATE, "tx with missing inputs beyond 100 per minute"))
+        reason = "tx with missing inputs beyond 100 per minute"
+        return TxIntake(False, Penalty(key, scores.SCORE_RATE, reason))
     try:
         service.submit_tx(raw, key)
     except InvalidTransaction as exc:
         if exc.rule == "V6" and exc.message == "missing-input":
             limiter.record(now_ms)
-        score = gossip.score_tx_rule(exc.rule)
-        return TxIntake(False, (score, f"tx {exc.rule}")) if score else REFUSED
+        score = scores.score_tx_rule(exc.rule)
+        return TxIntake(False, Penalty(key, score, f"tx {exc.rule}")) if score else REFUSED
     except MempoolError:
         return REFUSED
     return ADMITTED

@@ -27,7 +27,7 @@ from dagchain.pool_policy import follow_reorg
 from dagchain.rules import is_stale_relay
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import BlockId, TxId
-from p2p.gossip import block_frame_milestone_link
+from p2p.wire import block_frame_milestone_link
 
 __all__ = ["EventKind", "NodeEvent", "NodeService"]
 

@@ -26,8 +26,9 @@ from dagchain.errors import InvalidBlock, NotYetValid
 from dagchain.params import ConsensusParams
 from dagchain.retarget import Snapshot
 from dagchain.types import TxId
-from p2p import gossip, wire
+from p2p import gossip, scores, wire
 from p2p.relay import Send
+from p2p.scores import Penalty
 from p2p.service import NodeService
 from p2p.sync import (
     MAX_GETDATA_ITEMS,
@@ -112,15 +113,6 @@ class PeerClaim:
     height: int
     unbacked_until_ms: int = 0
     """P9 (v2): no new sync round with this peer before this time (its claim was unbacked)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Penalty:
-    """Misbehaviour points for the caller to add (§11.7)."""
-
-    key: str
-    score: int
-    reason: str
 
 
 @dataclass(slots=True)
@@ -273,7 +265,7 @@ class SyncSession:
         return key, wire.GetMilestones(tuple(self._locator()))
 
     def _unsolicited(self, key: str, what: str) -> SyncStep:
-        return SyncStep(penalties=[Penalty(key, gossip.SCORE_UNSOLICITED, f"unsolicited {what}")])
+        return SyncStep(penalties=[Penalty(key, scores.SCORE_UNSOLICITED, f"unsolicited {what}")])
 
     # ------------------------------------------------------------------ answers
     def on_milestones(self, key: str, msg: wire.Milestones, now_ms: int) -> SyncStep:
@@ -342,9 +334,9 @@ class SyncSession:
             return None
         for kind, item in msg.items:
             if kind == wire.InvKind.LEVEL_SET and self.plan.is_expected_levelset(item):
-                return self.fail(key, "level set not found", gossip.SCORE_BAD_LEVEL_SET, now_ms)
+                return self.fail(key, "level set not found", scores.SCORE_BAD_LEVEL_SET, now_ms)
             if item in pending and self.plan.on_not_found(item):
-                return self.fail(key, "listed block not found", gossip.SCORE_BAD_LEVEL_SET, now_ms)
+                return self.fail(key, "listed block not found", scores.SCORE_BAD_LEVEL_SET, now_ms)
         return None
 
     def on_pending(
@@ -573,7 +565,6 @@ __all__ = [
     "ORPHAN_SYNC_TRIGGER",
     "UNBACKED_ROUND_INTERVAL_MS",
     "PeerClaim",
-    "Penalty",
     "ServiceView",
     "SyncHost",
     "SyncSession",

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 import msgpack
 
+from dagchain.blocks import BLOCK_PREFIX, HEADER_SIZE, compute_block_id
+
 PROTOCOL_PATH = "/dagchain/p2p/v1"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 4 * 1024 * 1024
@@ -498,6 +500,24 @@ class Handshake:
             self.state = HandshakeState.READY
 
 
+def block_frame_id(raw: bytes) -> bytes | None:
+    """The id of a ``block`` message's bytes: H(header) from the canonical prefix, or None."""
+    if len(raw) < 3 + HEADER_SIZE or raw[:3] != BLOCK_PREFIX:
+        return None
+    return bytes(compute_block_id(raw[3 : 3 + HEADER_SIZE]))
+
+
+MS_LINK_OFFSET = 2
+"""The milestone link follows the u16 version in the 150-byte header (§2.1)."""
+
+
+def block_frame_milestone_link(raw: bytes) -> bytes | None:
+    """The milestone link of a ``block`` message's bytes, from the canonical prefix, or None."""
+    if len(raw) < 3 + HEADER_SIZE or raw[:3] != BLOCK_PREFIX:
+        return None
+    return bytes(raw[3 + MS_LINK_OFFSET : 3 + MS_LINK_OFFSET + 32])
+
+
 __all__ = [
     "CLOSE_BANNED",
     "CLOSE_DUPLICATE",
@@ -509,6 +529,7 @@ __all__ = [
     "CLOSE_TOO_BIG",
     "MAX_FRAME",
     "MESSAGE_TYPES",
+    "MS_LINK_OFFSET",
     "PROTOCOL_PATH",
     "PROTOCOL_VERSION",
     "Addr",
@@ -537,6 +558,8 @@ __all__ = [
     "Role",
     "TxMsg",
     "Unknown",
+    "block_frame_id",
+    "block_frame_milestone_link",
     "check_hello",
     "decode_frame",
     "encode_message",

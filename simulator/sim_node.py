@@ -26,7 +26,7 @@ from dagchain.crypto import hash32
 from dagchain.mempool import Mempool
 from dagchain.params import ConsensusParams
 from dagchain.types import BlockId, TxId
-from p2p import gossip, wire
+from p2p import scores, wire
 from p2p.dispatch import Dispatcher
 from p2p.exchange import MAINTENANCE_MS
 from p2p.intake import take_block, take_tx
@@ -164,7 +164,7 @@ class SimNode:
             params, self.chain, self.mempool, self.now, decoder.decode_tx if decoder else None
         )
         """The daemon's chain owner: its block intake and its §7.5 admission (p2p/intake.py)."""
-        self._limiter = gossip.MissingInputLimiter()
+        self._limiter = scores.MissingInputLimiter()
         """§11.7's missing-input count (one for all senders: the simulator scores no one)."""
         self.known_blocks = hub.known_blocks
         """Shared with every node: which node knows which block."""
@@ -516,7 +516,7 @@ class RelayPort:
     def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> None:
         """A ``block``: its fetch is done; to the node."""
         raw = msg.data
-        block_id = gossip.block_frame_id(raw)
+        block_id = wire.block_frame_id(raw)
         if block_id is None:
             return
         self._out += self.relay.on_block(key, block_id, now).sends

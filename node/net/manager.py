@@ -23,7 +23,7 @@ from aiohttp import web
 from node.net.addrbook import FILE_NAME, AddrBook
 from node.net.peer import Direction, FrameCounts, Peer, WebSocket
 from node.net.verifypool import VerifyPool
-from p2p import gossip, wire
+from p2p import gossip, scores, wire
 from p2p.addrgossip import AddrGossip
 from p2p.dialer import Addr, Dialer
 from p2p.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
@@ -72,7 +72,7 @@ class PeerManager:
         self.rng = random.Random(os.urandom(16))
         self.addrbook = AddrBook(s.datadir / FILE_NAME if s.datadir is not None else None)
         self.peers: dict[str, Peer] = {}
-        self.bans = gossip.BanList()
+        self.bans = scores.BanList()
         self.dialer = Dialer(s)
         self.verifier = VerifyPool(service.params, s.verify_workers)
         self.exchange = Exchange(
@@ -305,16 +305,16 @@ class PeerManager:
             msg = wire.decode_frame(data, self.settings.max_frame)
         except wire.RemoteProtocolError as exc:
             if ready and not peer.bucket.take(now):
-                self._penalise(peer, gossip.SCORE_RATE, "message beyond the token bucket")
+                self._penalise(peer, scores.SCORE_RATE, "message beyond the token bucket")
                 return
             self._refuse(peer, exc)
             return
         if ready:
             # §11.7 token bucket: replies to our own outstanding requests are not charged
             pending, requests = self.relay.pending_items(peer.key), self.sync.requests(peer.key)
-            solicited = gossip.is_solicited_reply(msg, pending, requests)
-            if gossip.charge_inbound(peer.bucket, solicited, now):
-                self._penalise(peer, gossip.SCORE_RATE, "message beyond the token bucket")
+            solicited = scores.is_solicited_reply(msg, pending, requests)
+            if scores.charge_inbound(peer.bucket, solicited, now):
+                self._penalise(peer, scores.SCORE_RATE, "message beyond the token bucket")
                 return
         try:
             if isinstance(msg, wire.Unknown):
@@ -343,7 +343,7 @@ class PeerManager:
         now = self._now_ms()
         log.info("peer %s: %s (+%d)", peer.key, reason, points)
         if points and peer.score.add(points, now):
-            key = gossip.ban_key(peer.host, peer.node_id)
+            key = scores.ban_key(peer.host, peer.node_id)
             ban_ms = self.settings.ban_duration_ms
             self.bans.ban(key, now, ban_ms)
             self.banned_total += 1
@@ -379,7 +379,7 @@ class PeerManager:
             is_connected=lambda n: any(
                 p.node_id == n and p.ready and p is not peer for p in self.peers.values()
             ),
-            is_banned=lambda n: self.bans.is_banned(gossip.ban_key(peer.host, n), now),
+            is_banned=lambda n: self.bans.is_banned(scores.ban_key(peer.host, n), now),
         )
         if code is not None:
             log.info("peer %s: hello refused (close %d)", peer.key, code)

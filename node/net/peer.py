@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import ClientWebSocketResponse, WSMsgType, web
 
 from p2p import wire
-from p2p.gossip import Misbehaviour, TokenBucket
+from p2p.scores import Misbehaviour, TokenBucket
 
 log = logging.getLogger(__name__)
 

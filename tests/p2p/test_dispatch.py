@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_DISPATCHED = {wire.Hello, wire.Unknown}
 """The handshake runs before dispatch (P3, P4); unknown types are ignored (§11.1)."""
 CLASSIFIERS = {
-    "p2p/gossip.py:is_solicited_reply",  # §11.7: which replies the token bucket does not charge
+    "p2p/scores.py:is_solicited_reply",  # §11.7: which replies the token bucket does not charge
 }
 """Functions that look at a message's type to classify it, not to handle it."""
 
