@@ -148,7 +148,6 @@ class Exchange:
         self.verifier: Verifier = verifier if verifier is not None else NoVerifier()
         self.sync = SyncSession(self.view, on_reset=self.verifier.drop)
         self.stopping = False
-        self._applying_sync = False
         self._peers: dict[str, PeerLimits] = {}
         self.dispatcher = Dispatcher(self, connection)
 
@@ -278,11 +277,6 @@ class Exchange:
         """P9: the ids of one level set of a sync round."""
         self.do(self.sync.on_levelset(key, msg, now))
 
-    @property
-    def applying_sync(self) -> bool:
-        """True while downloaded level sets go to the core (their events are not relayed, P9)."""
-        return self._applying_sync
-
     def _on_block(self, key: str, raw: bytes, now: int) -> None:
         block_id = wire.block_frame_id(raw)
         if block_id is None:
@@ -309,7 +303,7 @@ class Exchange:
     def on_event(self, event: NodeEvent) -> None:
         """P11: relay what the core accepted (not the level sets of a sync, P9)."""
         if event.kind == "block" and event.block_id is not None:
-            if self._applying_sync:
+            if event.from_sync:
                 return
             raw = self.service.get_block_raw(event.block_id)
             if raw is not None:
@@ -336,13 +330,9 @@ class Exchange:
         best_before = chain.best_id
         if not self.stopping:
             self.verifier.start(self.sync.complete_jobs(), self._on_verified)
-        # P9: level sets go to the core in height order and are not relayed
-        self._applying_sync = True
-        try:
-            verifier, now = self.verifier, self.now_ms()
-            step = apply_ready(self.sync, self.service, verifier.ready, verifier.take, now)
-        finally:
-            self._applying_sync = False
+        # P9: level sets go to the core in height order; their events say so (not relayed)
+        verifier, now = self.verifier, self.now_ms()
+        step = apply_ready(self.sync, self.service, verifier.ready, verifier.take, now)
         self.do(step)
         if chain.best_id != best_before:
             self._announce_best(exclude=key)

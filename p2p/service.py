@@ -50,6 +50,8 @@ class NodeEvent:
     block_id: BlockId | None = None
     txid: TxId | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    from_sync: bool = False
+    """A block of a downloaded level set (P9): the exchange does not relay it."""
 
     def to_json(self) -> dict[str, Any]:
         """The WebSocket message of ``GET /v1/events``."""
@@ -91,6 +93,7 @@ class NodeService:
         self.readded_txs = 0
         """Txs of undone level sets that went back into the mempool (§4.4 policy)."""
         self._deferred: list[tuple[BlockOutcome, int, str]] | None = None
+        """Inside :meth:`sync_batch`: the outcomes to report once the batch is written."""
         """Inside :meth:`sync_batch`: accepted outcomes to report once the batch is written."""
 
     # ------------------------------------------------------------------ events
@@ -148,7 +151,7 @@ class NodeService:
             self._deferred.extend((outcome, now, peer) for outcome in outcomes)
         else:
             for outcome in outcomes:
-                self._after_block(outcome, now, peer)
+                self._after_block(outcome, now, peer, from_sync=True)
         if error is not None:
             raise error
         return outcomes
@@ -177,7 +180,7 @@ class NodeService:
         finally:
             self._deferred = None
         for outcome, now, peer in deferred:
-            self._after_block(outcome, now, peer)
+            self._after_block(outcome, now, peer, from_sync=True)
         if body_error is not None:
             raise body_error
 
@@ -191,18 +194,22 @@ class NodeService:
             self.rejected[f"block:{exc.rule}"] += 1
             raise
 
-    def _after_block(self, outcome: BlockOutcome, now: int, peer: str) -> None:
+    def _after_block(
+        self, outcome: BlockOutcome, now: int, peer: str, from_sync: bool = False
+    ) -> None:
         if outcome.status is not BlockStatus.ACCEPTED:
             return
         for _, orphan_error in outcome.rejected_orphans:
             self.rejected[f"block:{orphan_error.rule}"] += 1
         if self._listeners:  # an event is built only for someone to read
             for block_id in outcome.accepted:
-                self._emit(self._block_event(block_id, now, peer))
+                self._emit(self._block_event(block_id, now, peer, from_sync))
         for reorg in outcome.reorgs:
             self._on_reorg(reorg)
 
-    def _block_event(self, block_id: BlockId, now_ms: int, peer: str) -> NodeEvent:
+    def _block_event(
+        self, block_id: BlockId, now_ms: int, peer: str, from_sync: bool = False
+    ) -> NodeEvent:
         block = self.chain.get_block(block_id)
         meta = self.chain.get_meta(block_id)
         if block is None or meta is None:  # pragma: no cover - accepted blocks are stored
@@ -224,6 +231,7 @@ class NodeService:
                 "delay_ms": now_ms - header.timestamp_ms,
                 "peer": peer,
             },
+            from_sync=from_sync,
         )
 
     def _on_reorg(self, reorg: Reorg) -> None:

@@ -282,7 +282,7 @@ class LateNode:
                 learn = hub.known_txs.learn
                 for tx in block.txs:
                     learn(index, tx.txid)
-            if self.exchange.applying_sync:
+            if event.from_sync:
                 self.synced_blocks += 1
             else:
                 self.relayed_blocks += 1

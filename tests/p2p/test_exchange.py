@@ -11,7 +11,7 @@ from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from p2p import scores, wire
 from p2p.exchange import Exchange, NoVerifier
-from p2p.service import NodeService
+from p2p.service import NodeEvent, NodeService
 from tests.dagchain.chainkit import Node, key, transfer
 
 TX = int(wire.InvKind.TX)
@@ -155,3 +155,31 @@ def test_a_message_without_a_handler_here_costs_a_point() -> None:
     exchange.peer_ready("a", _hello(0, 0, kit.chain.genesis_id), kit.now_ms)
     exchange.receive("a", wire.Ping(7), kit.now_ms)
     assert links.penalties == [("a", scores.SCORE_UNSOLICITED, "unexpected ping")]
+
+
+def test_blocks_of_a_downloaded_level_set_are_not_relayed_and_relayed_blocks_are() -> None:
+    """P9: level sets applied by sync are not relayed; their events say so (``from_sync``), so
+    no flag has to mute the exchange while it hands them to the core. A block taken any other
+    way is relayed (P11)."""
+    source = Node(DEVNET)
+    first = source.register(key(1)[1], ms=True)
+    synced = [first, *source.milestones(first, 1)]
+    relayed = source.milestones(synced[-1], 1)[0]
+    exchange, links, kit = _exchange([True])
+    exchange.peer_ready("a", _hello(0, 0, kit.chain.genesis_id), kit.now_ms)
+    events: list[NodeEvent] = []
+    exchange.service.subscribe(events.append)
+    exchange.service.subscribe(exchange.on_event)
+    links.sent.clear()
+    with exchange.service.sync_batch():
+        for block in synced:
+            exchange.service.submit_level_set([block.raw], "a")
+    blocks = [e for e in events if e.kind == "block"]
+    assert [e.block_id for e in blocks] == [b.id for b in synced]
+    assert all(e.from_sync for e in blocks)
+    assert links.sent == []
+    exchange.service.submit_block(relayed.raw, "local")
+    assert not events[-1].from_sync
+    sent = [m for _, m in links.sent]
+    assert sent
+    assert all(isinstance(m, wire.BlockMsg | wire.Inv) for m in sent)
