@@ -25,6 +25,7 @@ from node.net.peer import Direction, FrameCounts, Peer, WebSocket
 from node.net.verifypool import VerifyPool
 from p2p import gossip, scores, wire
 from p2p.addrgossip import AddrGossip
+from p2p.connection import Deliver, HelloReceived, Misbehaved
 from p2p.dialer import Addr, Dialer
 from p2p.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
 from p2p.relay import Relay, Send
@@ -299,62 +300,35 @@ class PeerManager:
 
     # ------------------------------------------------------------------ dispatch, scores, bans
     def _on_frame(self, peer: Peer, data: bytes | str) -> None:
-        now = self._now_ms()
-        ready = peer.handshake.ready
-        try:
-            msg = wire.decode_frame(data, self.settings.max_frame)
-        except wire.RemoteProtocolError as exc:
-            if ready and not peer.bucket.take(now):
-                self._penalise(peer, scores.SCORE_RATE, "message beyond the token bucket")
-                return
-            self._refuse(peer, exc)
-            return
-        if ready:
-            # §11.7 token bucket: replies to our own outstanding requests are not charged
-            pending, requests = self.relay.pending_items(peer.key), self.sync.requests(peer.key)
-            solicited = scores.is_solicited_reply(msg, pending, requests)
-            if scores.charge_inbound(peer.bucket, solicited, now):
-                self._penalise(peer, scores.SCORE_RATE, "message beyond the token bucket")
-                return
-        try:
-            if isinstance(msg, wire.Unknown):
-                if not peer.handshake.ready:
-                    raise wire.RemoteProtocolError(
-                        "first frame is not hello", wire.SCORE_FATAL, wire.CLOSE_PROTOCOL_ERROR
-                    )
-                return
-            peer.handshake.on_receive(msg)
-        except wire.RemoteProtocolError as exc:
-            self._refuse(peer, exc)
-            return
-        if isinstance(msg, wire.Hello):
-            self._on_hello(peer, msg)
-        elif peer.ready:
-            self.exchange.receive(peer.key, msg, now)
-
-    def _refuse(self, peer: Peer, exc: wire.RemoteProtocolError) -> None:
-        close = exc.close_code
-        if close is None and not peer.handshake.ready:
-            close = wire.CLOSE_PROTOCOL_ERROR
-        self._penalise(peer, exc.score, exc.reason, close)
+        """A frame from ``peer``: its Connection says what it is (p2p/connection.py)."""
+        now, key = self._now_ms(), peer.key
+        # §11.7: replies to our own outstanding requests are not charged to the token bucket
+        event = peer.conn.receive_frame(
+            data, now, self.relay.pending_items(key), self.sync.requests(key)
+        )
+        if isinstance(event, Deliver):
+            if not peer.closed:
+                self.exchange.receive(key, event.msg, now)
+        elif isinstance(event, HelloReceived):
+            self._on_hello(peer, event.hello)
+        elif isinstance(event, Misbehaved):
+            self._penalise(peer, event.score, event.reason, event.close)
 
     def _penalise(self, peer: Peer, points: int, reason: str, close: int | None = None) -> None:
         """Add misbehaviour points; ban at the threshold (close 4006); close if asked."""
         now = self._now_ms()
         log.info("peer %s: %s (+%d)", peer.key, reason, points)
-        if points and peer.score.add(points, now):
+        verdict = peer.conn.penalise(points, close, now)
+        if verdict.banned:
             key = scores.ban_key(peer.host, peer.node_id)
             ban_ms = self.settings.ban_duration_ms
             self.bans.ban(key, now, ban_ms)
             self.banned_total += 1
             log.warning("peer %s banned (%s) for %d s", peer.key, key, ban_ms // 1000)
-            # §11.7: reaching the threshold closes 4006, whatever code the event names and
-            # whatever close is already on its way, except an oversize frame (1009)
-            code = wire.CLOSE_TOO_BIG if close == wire.CLOSE_TOO_BIG else wire.CLOSE_MISBEHAVING
-            peer.close_soon(code, override=True)
-            return
-        if close is not None:
-            peer.close_soon(close)
+            # whatever close is already on its way is overridden (§11.7)
+            peer.close_soon(verdict.close or wire.CLOSE_MISBEHAVING, override=True)
+        elif verdict.close is not None:
+            peer.close_soon(verdict.close)
 
     def _hello(self) -> wire.Hello:
         best, height, work = self.service.best()

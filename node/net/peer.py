@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import ClientWebSocketResponse, WSMsgType, web
 
 from p2p import wire
-from p2p.scores import Misbehaviour, TokenBucket
+from p2p.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +76,12 @@ class Peer:
         """The remote TCP port (outbound: the port we dialed)."""
         self.key = key
         self.max_frame = max_frame
-        self.handshake = wire.Handshake(
-            wire.Role.CLIENT if direction == "outbound" else wire.Role.SERVER
-        )
+        role = wire.Role.CLIENT if direction == "outbound" else wire.Role.SERVER
+        self.conn = Connection(key, role, max_frame)
+        """The protocol state (p2p/connection.py): handshake, score, token bucket."""
+        self.handshake = self.conn.handshake
+        self.score = self.conn.score
         self.hello: wire.Hello | None = None
-        self.score = Misbehaviour()
-        self.bucket = TokenBucket()
         self.connected_at = time.monotonic()
         self.timeouts = 0
         self.ping_nonce: int | None = None
