@@ -28,8 +28,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -328,6 +328,91 @@ def _last_hashrate(path: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
+REPEAT_WINDOW = 900
+"""Level sets the duplicate rate covers (devnet: 3 miners at 4 blocks/s, a quarter of them
+milestones, make about 3 level sets a second, so about the last 5 minutes)."""
+REPEAT_REREAD = 10
+"""Newest level sets read again at every poll (a reorganisation replaces them)."""
+REPEAT_MAX_FETCHES = 300
+"""Raw blocks fetched per poll at most (the rest at the next poll)."""
+
+
+def repeat_share(carried: Iterable[Sequence[str]]) -> tuple[int, int]:
+    """``(repeats, inclusions)`` of the transfer txids each block carries: an inclusion is a
+    repeat when another block of the same level sets carries the same txid (the tx's first
+    inclusion is not one), as ``wallet/loadgen.py``'s duplicate rate."""
+    counts = Counter(txid for txids in carried for txid in txids)
+    inclusions = sum(counts.values())
+    return inclusions - len(counts), inclusions
+
+
+class RepeatCounter:
+    """The summary's duplicate rate, from one node's API: ``GET /v1/dag`` for the blocks of its
+    newest ``REPEAT_WINDOW`` best-chain level sets, ``GET /v1/blocks/{hash}/raw`` once per
+    block with txs for its TRANSFER txids (registrations and redemptions, at index 0, are
+    never relayed and never repeat, so they are left out of the count)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.level_sets: dict[int, list[str]] = {}  # height -> its blocks that carry txs
+        self.transfers: dict[str, tuple[str, ...]] = {}  # block hash -> its transfer txids
+        self.next_height = 0  # the first level set not read yet (0: none read)
+
+    def update(self, best: int) -> None:
+        """Read the level sets up to ``best`` (and the newest few again), then the raw bytes
+        of their new blocks; keep only the last ``REPEAT_WINDOW``. Raises ApiError or
+        OSError when the node does not answer."""
+        floor = max(1, best - REPEAT_WINDOW + 1)
+        start = max(floor, self.next_height - REPEAT_REREAD)
+        api = SyncNodeApi(self.url, timeout_s=2.0)
+        while start <= best:
+            limit = min(100, best - start + 1)
+            view = api.dag(start, limit)
+            found: dict[int, list[str]] = {h: [] for h in range(start, start + limit)}
+            for block in view.get("blocks", []):
+                height = block.get("level_set_height")
+                if height in found and int(block.get("txs", 0)) > 0:
+                    found[height].append(str(block["hash"]))
+            self.level_sets.update(found)
+            self.next_height = start + limit
+            start += limit
+        for height in [h for h in self.level_sets if h < floor]:
+            del self.level_sets[height]
+        wanted = {b for blocks in self.level_sets.values() for b in blocks}
+        for block_hash in [b for b in self.transfers if b not in wanted]:
+            del self.transfers[block_hash]
+        missing = sorted(wanted - self.transfers.keys())[:REPEAT_MAX_FETCHES]
+        for block_hash in missing:
+            self.transfers[block_hash] = self._transfer_txids(block_hash)
+
+    def _transfer_txids(self, block_hash: str) -> tuple[str, ...]:
+        import urllib.request
+
+        from dagchain.blocks import decode_block
+
+        with urllib.request.urlopen(f"{self.url}/v1/blocks/{block_hash}/raw", timeout=2) as r:
+            block = decode_block(r.read(), DEVNET)
+        return tuple(tx.txid.hex() for tx in block.txs if tx.kind == TxKind.TRANSFER)
+
+    def share(self) -> tuple[int, int]:
+        """``(repeats, inclusions)`` over the blocks read so far."""
+        return repeat_share(
+            self.transfers[b]
+            for blocks in self.level_sets.values()
+            for b in blocks
+            if b in self.transfers
+        )
+
+    def text(self) -> str:
+        repeats, inclusions = self.share()
+        if not inclusions:
+            return "duplicates: - (no transfer in the last level sets yet)"
+        return (
+            f"duplicates: {100 * repeats / inclusions:.1f} % of {inclusions} transfer "
+            f"inclusions are repeats ({repeats}; node0, last {len(self.level_sets)} level sets)"
+        )
+
+
 class Devnet:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -513,6 +598,22 @@ class Devnet:
                 rates[index] = rates.get(index, 0.0) + rate
         for index, sample in enumerate(self.samples):
             sample.hashrate = rates.get(index)
+        self.poll_repeats()
+
+    repeats: RepeatCounter | None = None
+    """The duplicate rate (node0's view), created at the first poll."""
+
+    def poll_repeats(self) -> None:
+        best = self.samples[0].height if self.samples else None
+        if best is None:
+            return
+        if self.repeats is None:
+            self.repeats = RepeatCounter(self.nodes[0].url)
+        with contextlib.suppress(ApiError, OSError, ValueError, KeyError, TypeError):
+            self.repeats.update(best)
+
+    def repeats_text(self) -> str:
+        return self.repeats.text() if self.repeats is not None else "duplicates: -"
 
     def rows(self) -> list[list[str]]:
         def fmt(v: float | None, spec: str = "d") -> str:
@@ -563,6 +664,7 @@ class Devnet:
                         f"mempool {row[5]} tps {row[6]} hashrate {row[7]}"
                     )
                 say(self.load_text())
+                say(self.repeats_text())
             self.stop.wait(0.5)
 
     def _run_live(self) -> None:
@@ -581,7 +683,7 @@ class Devnet:
                 table.add_row(*row)
             footer = Text(
                 "height: best milestone; tps: confirmed tx/s over 10 s; hash rate: of its miners\n"
-                f"{self.load_text()}\nexplorer: {self.nodes[0].url}/   "
+                f"{self.load_text()}\n{self.repeats_text()}\nexplorer: {self.nodes[0].url}/   "
                 f"logs: {self.root}   Ctrl-C stops everything",
                 style="dim",
             )

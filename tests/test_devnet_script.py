@@ -1,9 +1,12 @@
-"""scripts/devnet.py (``make run``): the summary's confirmed-tx rate at any polling interval."""
+"""scripts/devnet.py (``make run``): the summary's confirmed-tx rate at any polling interval and
+its duplicate rate."""
 
 import importlib.util
 from collections import deque
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "devnet.py"
 
@@ -39,3 +42,68 @@ def test_the_rate_covers_about_the_last_window() -> None:
     rate = devnet.confirmed_rate(window, 31.0, 75.0)
     assert window[0] == (21.0, 25.0)  # the newest sample a whole window old
     assert rate == (75.0 - 25.0) / 10.0
+
+
+def test_duplicate_rate_counts_every_inclusion_after_a_txs_first() -> None:
+    """The summary's duplicate rate: of the transfer inclusions in the level sets read, the share
+    that repeat a txid another block carries (a tx in three blocks is two repeats)."""
+    devnet = _devnet()
+    assert devnet.repeat_share([]) == (0, 0)
+    assert devnet.repeat_share([("a", "b"), ("c",)]) == (0, 3)
+    assert devnet.repeat_share([("a", "b"), ("a",), ("b", "a"), ()]) == (3, 5)
+
+
+class _FakeDag:
+    """``/v1/dag`` of a node whose level set h holds one block "h<h>" carrying one tx."""
+
+    def __init__(self, best: int, carried: dict[str, tuple[str, ...]]) -> None:
+        self.best = best
+        self.carried = carried
+        self.calls: list[tuple[int, int]] = []
+
+    def dag(self, start: int, limit: int) -> dict[str, object]:
+        self.calls.append((start, limit))
+        heights = range(start, min(self.best, start + limit - 1) + 1)
+        blocks = [
+            {"hash": f"h{h}", "level_set_height": h, "txs": len(self.carried.get(f"h{h}", ()))}
+            for h in heights
+        ]
+        return {"best_height": self.best, "blocks": [*blocks, {"hash": "p", "txs": 1}]}
+
+
+def test_repeat_counter_reads_new_level_sets_rereads_the_newest_and_keeps_a_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each poll reads the level sets since the last one (the newest ``REPEAT_REREAD`` again),
+    fetches each block with txs once, skips pending blocks and keeps the last ``REPEAT_WINDOW``
+    level sets."""
+    devnet = _devnet()
+    monkeypatch.setattr(devnet, "REPEAT_WINDOW", 30)
+    carried = {f"h{h}": (f"tx{h // 2}",) for h in range(1, 301) if h % 3}
+    fake = _FakeDag(20, carried)
+    fetched: list[str] = []
+
+    def transfers(self: object, block_hash: str) -> tuple[str, ...]:
+        fetched.append(block_hash)
+        return carried[block_hash]
+
+    monkeypatch.setattr(devnet, "SyncNodeApi", lambda url, timeout_s: fake)
+    monkeypatch.setattr(devnet.RepeatCounter, "_transfer_txids", transfers)
+    counter = devnet.RepeatCounter("http://node0")
+    counter.update(20)
+    assert fake.calls == [(1, 20)]
+    blocks = [f"h{h}" for h in range(1, 21) if h % 3]
+    assert sorted(fetched) == sorted(blocks)
+    assert counter.share() == devnet.repeat_share(carried[b] for b in blocks)
+    fake.best = 140
+    counter.update(140)
+    assert fake.calls[1:] == [(111, 30)]  # the window's floor, past the reread
+    assert set(counter.level_sets) == set(range(111, 141))
+    kept = [f"h{h}" for h in range(111, 141) if h % 3]
+    assert set(counter.transfers) == set(kept)
+    assert counter.share() == devnet.repeat_share(carried[b] for b in kept)
+    fake.best = 145
+    counter.update(145)
+    assert fake.calls[2:] == [(131, 15)]
+    assert len(fetched) == len(set(fetched))  # a block is fetched once
+    assert "duplicates: " in counter.text()
