@@ -79,7 +79,9 @@ def test_repeat_counter_reads_new_level_sets_rereads_the_newest_and_keeps_a_wind
     level sets."""
     devnet = _devnet()
     monkeypatch.setattr(devnet, "REPEAT_WINDOW", 30)
-    carried = {f"h{h}": (f"tx{h // 2}",) for h in range(1, 301) if h % 3}
+    carried: dict[str, tuple[str, ...]] = {
+        f"h{h}": (f"tx{h // 2}",) for h in range(1, 301) if h % 3
+    }
     fake = _FakeDag(20, carried)
     fetched: list[str] = []
 

@@ -449,14 +449,22 @@ class BlockFactory:
             found += 1 if meta is not None and meta.is_milestone else 0
         return out
 
+    def next_previous(self) -> bytes:
+        """The previous link of the block the next ``mine`` builds first: S5 hashes it with
+        each txid (devnet c = 1/16), so a test signs the txs it wants VALID there for it
+        (``tests.dagchain.chainkit.transfer(..., assigned_to=[...])``)."""
+        return self._previous(self._turn % len(self.keys))
+
+    def _previous(self, miner: int) -> bytes:
+        head = self.heads.get(miner)
+        return head if head is not None and self.chain.has_block(head) else self.chain.genesis_id
+
     def _mine_one(
         self, miner: int, want_milestone: bool | None, txs: Sequence[Transaction] = ()
     ) -> Block:
         chain = self.chain
-        head = self.heads.get(miner)
-        if head is not None and not chain.has_block(head):
-            head = None
-        previous = head if head is not None else chain.genesis_id
+        previous = self._previous(miner)
+        head = previous if previous != chain.genesis_id else None
         tip = self._tip(previous)
         ms_block = chain.get_block(chain.best_id)
         prev_block = chain.get_block(previous)

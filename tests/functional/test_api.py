@@ -105,6 +105,27 @@ def mine(node: NodeProcess, query: str, want_milestone: bool | None = None) -> d
     return result
 
 
+MAX_BLOCKS_TO_ASSIGNMENT = 200
+"""Blocks mined at most before a template carries a pool tx (devnet c = 1/16: about 16; the
+chance that 200 in a row are not assigned is (15/16)^200, about 2.5e-6)."""
+
+
+def mine_until_carried(node: NodeProcess, root: str, txid: str) -> dict[str, Any]:
+    """Extend the peer chain with empty non-milestone blocks until its template carries ``txid``
+    (S5 assigns it to a previous link: PROTOCOL.md v2.1 §8.1, devnet c = 1/16), then mine that
+    block as a milestone; at most ``MAX_BLOCKS_TO_ASSIGNMENT`` blocks."""
+    for _ in range(MAX_BLOCKS_TO_ASSIGNMENT):
+        template = node.request("GET", f"/v1/mining/template?root={root}", auth=True)
+        carries = [decode_transaction(bytes.fromhex(t), DEVNET).txid.hex() for t in template["txs"]]
+        block = solve(template, want_milestone=txid in carries)
+        result: dict[str, Any] = node.submit_block(block)
+        assert result["status"] == "accepted", result
+        if txid in carries:
+            return result
+        assert template["txs"] == [], "the template carries nothing else"
+    raise AssertionError(f"no template carried {txid} in {MAX_BLOCKS_TO_ASSIGNMENT} blocks")
+
+
 def test_api_end_to_end(node: NodeProcess) -> None:
     addr = encode_address(DEVNET.hrp, MINER_KEY)
     log.info("status of a fresh devnet node")
@@ -138,7 +159,7 @@ def test_api_end_to_end(node: NodeProcess) -> None:
     assert pool["txids"] == [pay.txid.hex()]
     rival = transfer([(bytes.fromhex(GENESIS), 0)], [(FAUCET_COINS - 9, BOB)], DEVNET)
     assert error_of(lambda: node.request("POST", "/v1/txs", {"raw": rival.raw.hex()}))[0] == 409
-    carrier = mine(node, f"root={root}", want_milestone=True)
+    carrier = mine_until_carried(node, root, pay.txid.hex())
     block = node.request("GET", f"/v1/blocks/{carrier['hash']}")
     assert block["txids"] == [pay.txid.hex()]
     assert block["tx_status"] == ["valid"]

@@ -169,7 +169,12 @@ def test_explorer_shows_the_live_dag_and_looks_up_blocks_and_transactions(
     assert _field(browser, "is_milestone") == ("yes" if meta.is_milestone else "no")
 
     log.info("A transaction lookup shows its status: in the mempool, then confirmed")
-    payment = transfer([(factory.chain.genesis_id, 7)], [(10**13, key(77)[1])], DEVNET)
+    payment = transfer(  # S5 (devnet c = 1/16): assigned to the block the factory mines next
+        [(factory.chain.genesis_id, 7)],
+        [(10**13, key(77)[1])],
+        DEVNET,
+        assigned_to=[factory.next_previous()],
+    )
     assert node.request("POST", "/v1/txs", {"raw": payment.raw.hex()}) == {
         "txid": payment.txid.hex()
     }

@@ -2,6 +2,8 @@
 
 - §11.7: reaching ``ban_threshold`` closes with 4006, also for an orphan flood beyond the
   per-peer limit (P13), never with 1000.
+- P3 (v2.1): a first frame other than ``hello``, or a second ``hello``, is +100, which reaches
+  ``ban_threshold``: close 4006 (not P3's 1002), and the peer is banned.
 - P9 "An unbacked claim (v2)": a peer claiming 2^200 work and answering every
   ``getmilestones`` with no headers gets at most 2 in 10 s; initial sync ends; mining goes on.
 - P1: a frame of exactly ``max_frame`` (4 MiB) is accepted, one byte more closes 1009, on an
@@ -18,6 +20,7 @@ import msgpack
 import pytest
 
 from dagchain.blocks import Block
+from dagchain.genesis import genesis_block
 from dagchain.params import DEVNET
 from p2p import wire
 from tests.functional.framework import BlockFactory, FakePeer, TestNetwork, wait_until
@@ -37,6 +40,54 @@ def orphan_chain(count: int, key: int) -> list[Block]:
     factory = BlockFactory(miners=1, first_key=key)
     blocks = factory.mine(count + 1)
     return blocks[1:]
+
+
+def _hello(node_id: bytes) -> wire.Hello:
+    genesis = genesis_block(DEVNET).id
+    return wire.Hello(
+        proto=1,
+        network=DEVNET.network_id,
+        genesis=genesis,
+        node=node_id,
+        best=genesis,
+        height=0,
+        work=bytes(32),
+        port=0,
+        agent="fakepeer",
+        time=int(time.time() * 1000),
+    )
+
+
+@pytest.mark.parametrize("case", ["first frame not hello", "second hello"])
+def test_p3_violation_reaches_the_ban_threshold_and_closes_4006_not_1002(
+    network: TestNetwork, case: str
+) -> None:
+    """P3 / §11.7 (PROTOCOL.md v2.1): +100 for a first frame other than ``hello`` or a second
+    ``hello`` reaches ``ban_threshold`` (100), so the close is 4006 (banned), not 1002; a peer
+    that sent a hello is refused 4005 when it comes back with the same node id."""
+    (node,) = network.start(1)
+    peer = FakePeer(node)
+    try:
+        if case == "first frame not hello":
+            peer.connect(hello=False)
+            peer.send(wire.Ping(1))
+        else:
+            peer.connect()
+            assert not peer.is_closed(), f"closed with {peer.close_code} after one hello"
+            peer.send(_hello(peer.node_id))
+        peer.closed.wait(10)
+        assert peer.is_closed(), f"the node kept a peer after a {case}"
+        assert peer.close_code == wire.CLOSE_MISBEHAVING, f"closed with {peer.close_code}"
+    finally:
+        peer.close()
+    if case == "second hello":
+        again = FakePeer(node, node_id=peer.node_id)
+        try:
+            again.connect()
+            again.closed.wait(10)
+            assert again.close_code == wire.CLOSE_BANNED
+        finally:
+            again.close()
 
 
 def test_an_orphan_flood_beyond_the_per_peer_limit_is_banned_with_4006(

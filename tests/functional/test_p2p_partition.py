@@ -29,8 +29,11 @@ def test_groups_mining_apart_converge_on_the_heavier_chain(network: TestNetwork)
     log.info("Group {c, d} confirms a faucet payment on its own (lighter) chain")
     light = common.fork(first_key=300)
     genesis = common.chain.genesis_id
-    payment = transfer([(genesis, 5)], [(10**13, key(77)[1])], DEVNET)
     light_blocks = light.mine(12)
+    # S5 (devnet c = 1/16): signed so that the next block's previous link is assigned it.
+    payment = transfer(
+        [(genesis, 5)], [(10**13, key(77)[1])], DEVNET, assigned_to=[light.next_previous()]
+    )
     light_blocks += light.mine(1, txs=[payment])
     light_blocks += light.mine_milestones(3)
     assert light.tx_status(payment.txid) == "valid"
