@@ -71,7 +71,7 @@ class Dispatcher:
         connection: Handles the connection role (None: those messages are unexpected).
     """
 
-    __slots__ = ("_bound", "_unexpected")
+    __slots__ = ("handlers", "unexpected")
 
     def __init__(self, exchange: ExchangeHandlers, connection: object | None = None) -> None:
         owners: dict[Role, object | None] = {"connection": connection, "exchange": exchange}
@@ -80,14 +80,15 @@ class Dispatcher:
             handler = getattr(owners[role], name, None)
             if handler is not None:
                 bound[cls] = handler
-        self._bound = bound
-        self._unexpected: Handler = exchange.on_unexpected
+        self.handlers: Mapping[type[wire.Message], Handler] = bound
+        """Message type -> bound handler (a hot loop may look up here itself)."""
+        self.unexpected: Handler = exchange.on_unexpected
 
     def dispatch(self, key: str, msg: wire.Message, now: int) -> None:
         """Hand ``msg`` from peer ``key`` to its handler."""
-        handler = self._bound.get(type(msg))
+        handler = self.handlers.get(type(msg))
         if handler is None:
-            self._unexpected(key, msg, now)
+            self.unexpected(key, msg, now)
         else:
             handler(key, msg, now)
 

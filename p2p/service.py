@@ -397,6 +397,10 @@ class NodeService:
         block = self.chain.get_block(block_id)
         return None if block is None else block.raw
 
+    def has_tx(self, txid: bytes) -> bool:
+        """True if the tx is in the mempool (only mempool txs are relayed, §11.3)."""
+        return txid in self.mempool
+
     def get_tx_raw(self, txid: bytes) -> bytes | None:
         """Canonical bytes of a mempool tx (only mempool txs are relayed, §11.3)."""
         entry = self.mempool.get(txid)

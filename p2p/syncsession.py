@@ -521,7 +521,7 @@ class ServiceView:
 
     def has_tx(self, txid: bytes) -> bool:
         """True if the tx is in the pool."""
-        return self.service.get_tx_raw(txid) is not None
+        return self.service.has_tx(txid)
 
     def get_block_raw(self, block_id: bytes) -> bytes | None:
         """Canonical bytes of an accepted block."""

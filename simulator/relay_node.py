@@ -90,7 +90,7 @@ class RelayNode:
         """This node's relay (made on first use: push-all runs never make one)."""
         port = self._port
         if port is None:
-            port = self._port = RelayPort(self, self.hub)
+            port = self._port = RelayPort(self, self.hub, self)
         return port
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:

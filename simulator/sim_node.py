@@ -187,7 +187,7 @@ class SimNode:
         """This node's relay (made on first use: push-all runs never make one)."""
         port = self._port
         if port is None:
-            port = self._port = RelayPort(self, self.hub)
+            port = self._port = RelayPort(self, self.hub, self.service)
         return port
 
     def claim(self) -> tuple[bytes, int, int]:
@@ -227,24 +227,6 @@ class SimNode:
     def relay_tx(self, txid: TxId, raw: bytes, exclude: int) -> None:
         """Hub: announce an admitted tx the node's way (P11; the pool holds its bytes)."""
         self.port.on_tx_accepted(txid, exclude)
-
-    def has_block(self, block_id: bytes) -> bool:
-        """Relay inventory: an accepted block."""
-        return self.chain.has_block(block_id)
-
-    def has_tx(self, txid: bytes) -> bool:
-        """Relay inventory: a pool tx (only pool txs are relayed, §11.3)."""
-        return txid in self.mempool
-
-    def get_block_raw(self, block_id: bytes) -> bytes | None:
-        """Relay inventory: an accepted block's bytes."""
-        block = self.chain.get_block(block_id)
-        return None if block is None else block.raw
-
-    def get_tx_raw(self, txid: bytes) -> bytes | None:
-        """Relay inventory: a pool tx's bytes."""
-        entry = self.mempool.get(txid)
-        return None if entry is None else entry.tx.raw
 
     def now(self) -> int:
         """The engine clock as the integer ms the core takes."""
@@ -414,8 +396,8 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
         engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
 
 
-class RelayOwner(Inventory, Protocol):
-    """The node a port serves: its inventory, and where received blocks and txs go."""
+class RelayOwner(Protocol):
+    """The node a port serves: where received blocks and txs go, and its sync answers."""
 
     @property
     def index(self) -> int: ...
@@ -456,14 +438,16 @@ class RelayPort:
         "relay",
     )
 
-    def __init__(self, owner: RelayOwner, hub: Hub) -> None:
+    def __init__(self, owner: RelayOwner, hub: Hub, inventory: Inventory) -> None:
+        """``inventory``: what the relay offers (a full node's NodeService, a relay-only node
+        itself)."""
         self.owner = owner
         self.hub = hub
         self.engine = hub.engine
         self.network = hub.network
         self._index = index = owner.index
         rng = hub.streams.stream(f"relay:{index}")
-        self.relay = Relay(owner, rng, SIM_RELAY)
+        self.relay = Relay(inventory, rng, SIM_RELAY)
         offline = hub.offline
         for link in hub.network.neighbours[index]:
             if link.peer not in offline:
@@ -482,9 +466,14 @@ class RelayPort:
         """Messages from neighbour ``src`` arrive: each through the one dispatch table
         (:mod:`p2p.dispatch`); what the handlers send for them travels together."""
         key, now = _KEYS[src], int(self.hub.now_ms)
-        dispatch = self._dispatcher.dispatch
-        for msg in msgs:
-            dispatch(key, msg, now)
+        dispatcher = self._dispatcher
+        handlers = dispatcher.handlers
+        for msg in msgs:  # Dispatcher.dispatch, inlined: this is the simulator's hottest loop
+            handler = handlers.get(type(msg))
+            if handler is None:
+                dispatcher.unexpected(key, msg, now)
+            else:
+                handler(key, msg, now)
         out = self._out
         if out:
             self._out = []

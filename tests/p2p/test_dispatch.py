@@ -64,6 +64,7 @@ def test_the_daemon_and_the_simulated_nodes_dispatch_through_the_table() -> None
     assert "self.exchange.receive(" in inspect.getsource(PeerManager._on_frame)
     assert "receive(key, msg, now)" in inspect.getsource(LateNode.on_frames)
     assert "Dispatcher(self)" in inspect.getsource(RelayPort.__init__)
+    assert "dispatcher.handlers" in inspect.getsource(RelayPort.on_frames)
     assert "self.dispatcher.dispatch(" in inspect.getsource(Exchange.receive)
 
 
