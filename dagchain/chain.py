@@ -48,7 +48,7 @@ from dagchain.storage.group import GroupingStore
 from dagchain.transactions import (
     Transaction,
     TxKind,
-    validate_tx_stateless,
+    check_tx_stateless,
     verify_tx_signatures,
 )
 from dagchain.types import Address, BlockId, TxId
@@ -481,7 +481,7 @@ class Chain:
             if tx.txid in verified:
                 continue  # passed T1-T6 before (T1-T5 always run ahead of T6)
             try:
-                validate_tx_stateless(tx, p)
+                check_tx_stateless(tx, p)
             except InvalidTransaction as exc:
                 raise RejectedBlock(
                     "H8", f"tx {tx.txid.hex()} fails {exc.rule}: {exc.message}", bid
@@ -766,7 +766,7 @@ class Chain:
         """
         p = self.params
         if tx.txid not in self._sig_ok:  # a cached txid passed T1-T6 already
-            validate_tx_stateless(tx, p)
+            check_tx_stateless(tx, p)
         if tx.kind != TxKind.TRANSFER:
             raise InvalidTransaction(
                 "T7", "registrations and redemptions are never relayed", tx.txid

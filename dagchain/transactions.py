@@ -190,7 +190,7 @@ def _output_from_obj(obj: Any) -> TxOut:
 
 
 def decode_transaction(data: bytes, params: ConsensusParams) -> Transaction:
-    """Decode a canonical tx (E3-E6, T1 size); shape rules are in ``validate_tx_stateless``.
+    """Decode a canonical tx (E3-E6, T1 size); shape rules are in ``check_tx_stateless``.
 
     Raises:
         EncodingError: not a canonical tx encoding of at most ``max_tx_bytes``.
@@ -279,7 +279,7 @@ def compute_sighash(tx: Transaction, index: int, params: ConsensusParams) -> byt
     return h.digest()
 
 
-def validate_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
+def check_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
     """T1-T5: version, kind, size, shape, amounts and duplicate inputs (no signatures).
 
     The rules are checked in this order; the field lengths of T2 (which a decoded tx always has,
@@ -294,7 +294,7 @@ def validate_tx_stateless(tx: Transaction, params: ConsensusParams) -> None:
         raise InvalidTransaction("T1", f"unknown tx version {tx.version}", tx.txid)
     kind = tx.kind
     if kind == _TRANSFER:
-        lengths_ok = _validate_transfer(tx, params)
+        lengths_ok = _check_transfer(tx, params)
     elif kind == _REGISTRATION:
         if tx.inputs or len(tx.outputs) != 1:
             raise InvalidTransaction("T2", "a registration has no inputs and one output", tx.txid)
@@ -329,7 +329,7 @@ def _lengths_ok(tx: Transaction) -> bool:
     ) and all(len(o.address) == 32 for o in tx.outputs)
 
 
-def _validate_transfer(tx: Transaction, params: ConsensusParams) -> bool:
+def _check_transfer(tx: Transaction, params: ConsensusParams) -> bool:
     """T2-T4 of a TRANSFER (raising), in one pass that also returns ``_lengths_ok(tx)``."""
     inputs, outputs = tx.inputs, tx.outputs
     if not 1 <= len(inputs) <= params.max_tx_inputs:
@@ -376,7 +376,7 @@ def verify_tx_signatures(tx: Transaction, params: ConsensusParams) -> bool:
     return True
 
 
-def validate_tx_signatures(tx: Transaction, params: ConsensusParams) -> None:
+def check_tx_signatures(tx: Transaction, params: ConsensusParams) -> None:
     """T6 as a check.
 
     Raises:
@@ -417,13 +417,13 @@ __all__ = [
     "TxIn",
     "TxKind",
     "TxOut",
+    "check_tx_signatures",
+    "check_tx_stateless",
     "compute_sighash",
     "decode_transaction",
     "make_transaction",
     "sighash_prefix",
     "sign_transaction",
     "tx_from_obj",
-    "validate_tx_signatures",
-    "validate_tx_stateless",
     "verify_tx_signatures",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dagchain.blocks import decode_block
 from dagchain.errors import EncodingError, InvalidTransaction
 from dagchain.params import ConsensusParams
-from dagchain.transactions import validate_tx_stateless, verify_tx_signatures
+from dagchain.transactions import check_tx_stateless, verify_tx_signatures
 
 
 def verify_blocks(raws: Sequence[bytes], params: ConsensusParams) -> list[bytes]:
@@ -29,7 +29,7 @@ def verify_blocks(raws: Sequence[bytes], params: ConsensusParams) -> list[bytes]
             continue
         for tx in block.txs:
             try:
-                validate_tx_stateless(tx, params)
+                check_tx_stateless(tx, params)
             except InvalidTransaction:
                 continue
             if verify_tx_signatures(tx, params):

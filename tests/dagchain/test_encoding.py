@@ -36,9 +36,9 @@ from dagchain.transactions import (
     TxIn,
     TxKind,
     TxOut,
+    check_tx_stateless,
     decode_transaction,
     make_transaction,
-    validate_tx_stateless,
 )
 from dagchain.types import Address, BlockId, TxId
 from tests.dagchain import strategies
@@ -407,7 +407,7 @@ def test_e5_u64_amount_maximum_fits_the_codec_and_t3_bounds_it() -> None:
     tx = decode_transaction(tx_bytes(amount=b"\xcf" + U64.to_bytes(8, "big")), PARAMS)
     assert tx.outputs[0].amount == U64
     with pytest.raises(InvalidTransaction) as excinfo:
-        validate_tx_stateless(tx, PARAMS)
+        check_tx_stateless(tx, PARAMS)
     assert excinfo.value.rule == "T3"
 
 

@@ -13,12 +13,12 @@ from dagchain.transactions import (
     TxIn,
     TxKind,
     TxOut,
+    check_tx_signatures,
+    check_tx_stateless,
     compute_sighash,
     decode_transaction,
     make_transaction,
     sign_transaction,
-    validate_tx_signatures,
-    validate_tx_stateless,
     verify_tx_signatures,
 )
 from dagchain.types import Address, TxId
@@ -60,9 +60,9 @@ def redemption(
 
 
 def failed_rule(tx: Transaction, params: ConsensusParams = PARAMS) -> str | None:
-    """The rule id ``validate_tx_stateless`` raises, or None when the tx passes."""
+    """The rule id ``check_tx_stateless`` raises, or None when the tx passes."""
     try:
-        validate_tx_stateless(tx, params)
+        check_tx_stateless(tx, params)
     except InvalidTransaction as exc:
         return exc.rule
     return None
@@ -303,7 +303,7 @@ def test_t6_signed_transfer_verifies() -> None:
     tx = signed_transfer()
     assert failed_rule(tx) is None
     assert verify_tx_signatures(tx, PARAMS)
-    validate_tx_signatures(tx, PARAMS)
+    check_tx_signatures(tx, PARAMS)
 
 
 def test_t6_signed_transfer_verifies_after_a_bytes_round_trip() -> None:
@@ -355,7 +355,7 @@ def test_t6_signature_from_another_network_is_invalid() -> None:
     tx = signed_transfer()
     assert not verify_tx_signatures(tx, TESTNET)
     with pytest.raises(InvalidTransaction) as excinfo:
-        validate_tx_signatures(tx, TESTNET)
+        check_tx_signatures(tx, TESTNET)
     assert excinfo.value.rule == "T6"
 
 

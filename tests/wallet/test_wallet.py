@@ -12,9 +12,9 @@ from apiclient import ApiError
 from dagchain.crypto import encode_address
 from dagchain.params import DEVNET
 from dagchain.transactions import (
+    check_tx_signatures,
+    check_tx_stateless,
     decode_transaction,
-    validate_tx_signatures,
-    validate_tx_stateless,
 )
 from dagchain.types import TxId
 from wallet import cli as wallet
@@ -190,8 +190,8 @@ def test_payment_pays_the_amount_returns_change_and_verifies() -> None:
     to = address_of((9).to_bytes(32, "big"))
     chosen, change = select_coins([utxo(1, 1_000), utxo(2, 500)], 1_200 + 30)
     tx = build_payment(DEVNET, SECRET, chosen, [(to, 1_200)], change)
-    validate_tx_stateless(tx, DEVNET)
-    validate_tx_signatures(tx, DEVNET)
+    check_tx_stateless(tx, DEVNET)
+    check_tx_signatures(tx, DEVNET)
     assert [(o.address, o.amount) for o in tx.outputs] == [(to, 1_200), (address_of(SECRET), 270)]
     assert sum(c.amount for c in chosen) - sum(o.amount for o in tx.outputs) == 30
 
