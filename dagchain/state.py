@@ -15,7 +15,7 @@ from dagchain.encoding import packer
 from dagchain.errors import EncodingError, StorageError
 from dagchain.history import BestChain, BestHeights, StoredMap
 from dagchain.ledger import LevelSetDelta, Outpoint, RootRecord, UtxoEntry
-from dagchain.params import ConsensusParams
+from dagchain.params import DEVNET, ConsensusParams
 from dagchain.pow import decode_compact, encode_compact
 from dagchain.retarget import Snapshot
 from dagchain.storage import KVStore, WriteBatch
@@ -164,6 +164,55 @@ DEFAULT_WINDOW_PUNCTUALITIES = 2
 CACHE_BLOCKS = 256
 CACHE_ROWS = 8192
 CACHE_DELTAS = 256
+
+
+V2_DEVNET_SORTITION = [4, 1, 1, b"uniform"]
+"""PROTOCOL.md v2 §10's devnet K, c and weighting, which a devnet store without the
+``META_SORTITION`` row was written with (v2.1: c = 1/16)."""
+
+
+def sortition_row(params: ConsensusParams) -> list[Any]:
+    """The ``META_SORTITION`` row of a store written under ``params``."""
+    return [
+        params.sortition_warmup,
+        params.sortition_c_num,
+        params.sortition_c_den,
+        params.sortition_weighting.encode("ascii"),
+    ]
+
+
+def _sortition_text(row: list[Any]) -> str:
+    if len(row) != 4 or type(row[3]) is not bytes:
+        return repr(row)
+    k, c_num, c_den, weighting = row
+    return f"K = {k}, c = {c_num}/{c_den}, {weighting.decode('ascii', 'replace')}"
+
+
+def check_sortition_row(raw: bytes | None, params: ConsensusParams) -> None:
+    """Refuse a store whose verdicts were computed with other S1-S5 parameters (decision 31).
+
+    A store without the row predates v2.1: on devnet it was written with v2's c = 1/1, whose
+    VALID sets v2.1 (c = 1/16) does not share; the other networks kept their values.
+
+    Raises:
+        StorageError: one line saying what the store was written with and what to do.
+    """
+    want = sortition_row(params)
+    if raw is None:
+        if params.network_id != DEVNET.network_id or want == V2_DEVNET_SORTITION:
+            return
+        raise StorageError(
+            "written by a PROTOCOL.md v2 node with devnet sortition "
+            f"{_sortition_text(V2_DEVNET_SORTITION)}; v2.1 uses {_sortition_text(want)} and a "
+            "block's VALID set can differ: wipe this data directory (remove it) and start again"
+        )
+    have = S.decode_row(raw, S.META_SORTITION)
+    if have != want:
+        raise StorageError(
+            f"written with sortition {_sortition_text(have)} while {params.network_id} uses "
+            f"{_sortition_text(want)}, so its stored VALID sets do not hold: start a new data "
+            "directory"
+        )
 
 
 class ChainState:
@@ -509,6 +558,7 @@ class ChainState:
             wb.put(S.META_NETWORK, S.encode_row([self.params.network_id.encode("ascii")]))
             wb.put(S.META_GENESIS, S.encode_row([gid]))
             wb.put(S.META_SEQ, S.encode_row([1]))
+            wb.put(S.META_SORTITION, S.encode_row(sortition_row(self.params)))
             wb.put(S.P_BLOCK + gid, genesis.raw)
             wb.put(S.P_META + gid, meta_row(meta))
             wb.put(S.P_SNAPSHOT + gid, snapshot_row(snapshot))
@@ -533,6 +583,7 @@ class ChainState:
         """
         self._reset()
         st = self.store
+        check_sortition_row(st.get(S.META_SORTITION), self.params)
         head_raw = st.get(S.HEAD)
         seq_raw = st.get(S.META_SEQ)
         if head_raw is None or seq_raw is None:

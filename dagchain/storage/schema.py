@@ -17,6 +17,10 @@ META_SCHEMA = b"\x00schema"
 META_NETWORK = b"\x00network"
 META_GENESIS = b"\x00genesis"
 META_SEQ = b"\x00seq"
+META_SORTITION = b"\x00sortition"
+"""[K u32, c_num u32, c_den u32, weighting bin]: the S1-S5 parameters the stored verdicts were
+computed with (docs/protocol.md decision 31; not in PROTOCOL.md §12). A store written under
+other values is refused; a devnet store without the row was written by v2 (c = 1/1)."""
 HEAD = b"Hhead"
 
 P_BLOCK = b"b"
@@ -99,6 +103,7 @@ __all__ = [
     "META_NETWORK",
     "META_SCHEMA",
     "META_SEQ",
+    "META_SORTITION",
     "PUT_ONLY_WHEN_ABSENT",
     "P_ADDRESS",
     "P_BLOCK",

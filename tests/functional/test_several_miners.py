@@ -1,7 +1,8 @@
 """Two ``dagchain-miner`` processes on two devnet nodes packing one mempool (§8).
 
-With devnet's sortition (c = 1, uniform weighting: PROTOCOL.md v2 §8.1) two live miners sometimes
-pack the same tx before either sees the other's block. What a user relies on: every accepted tx is
+With devnet's sortition (c = 1/16, uniform weighting: PROTOCOL.md v2.1 §8.1, §10) two live miners
+still sometimes pack the same tx (when S5 assigns it to both their blocks) before either sees the
+other's block. What a user relies on: every accepted tx is
 VALID exactly once in every node's ledger; a repeat inclusion is INVALID with reason
 ``double-spend`` (never lost, never counted twice), and no coin is created or lost.
 """
