@@ -14,7 +14,7 @@ the simulator's relay-only nodes, by their relay port). A message of a role with
 a message of no known type, goes to the exchange's ``on_unexpected``.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal, Protocol
 
@@ -47,15 +47,17 @@ is the connection's own state machine (:class:`p2p.wire.Handshake`), done before
 SYNC_REQUESTS: Final = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
 """The requests a catching-up node sends (P7-P9), answered by ``syncsession.serve``."""
 
-Handler = Callable[[str, Any, int], None]
-"""``handler(peer_key, message, now_ms)``."""
+Sends = Sequence[tuple[str, wire.Message]]
+Handler = Callable[[str, Any, int], Sends | None]
+"""``handler(peer_key, message, now_ms)``: what to send, or None (a handler that sends through
+its links itself, as the exchange's do)."""
 
 
 class ExchangeHandlers(Protocol):
     """The exchange role: one method per exchange message of :data:`HANDLERS`, and
     ``on_unexpected`` for the rest."""
 
-    def on_unexpected(self, key: str, msg: wire.Message, now: int) -> None:
+    def on_unexpected(self, key: str, msg: wire.Message, now: int) -> Sends | None:
         """A message with no handler of its role here."""
         ...
 
@@ -84,13 +86,20 @@ class Dispatcher:
         """Message type -> bound handler (a hot loop may look up here itself)."""
         self.unexpected: Handler = exchange.on_unexpected
 
-    def dispatch(self, key: str, msg: wire.Message, now: int) -> None:
-        """Hand ``msg`` from peer ``key`` to its handler."""
+    def dispatch(self, key: str, msg: wire.Message, now: int) -> Sends | None:
+        """Hand ``msg`` from peer ``key`` to its handler; what it returns to send."""
         handler = self.handlers.get(type(msg))
         if handler is None:
-            self.unexpected(key, msg, now)
-        else:
-            handler(key, msg, now)
+            return self.unexpected(key, msg, now)
+        return handler(key, msg, now)
 
 
-__all__ = ["HANDLERS", "SYNC_REQUESTS", "Dispatcher", "ExchangeHandlers", "Handler", "Role"]
+__all__ = [
+    "HANDLERS",
+    "SYNC_REQUESTS",
+    "Dispatcher",
+    "ExchangeHandlers",
+    "Handler",
+    "Role",
+    "Sends",
+]

@@ -27,7 +27,7 @@ from dagchain.mempool import Mempool
 from dagchain.params import ConsensusParams
 from dagchain.types import BlockId, TxId
 from p2p import scores, wire
-from p2p.dispatch import Dispatcher
+from p2p.dispatch import Dispatcher, Sends
 from p2p.exchange import MAINTENANCE_MS
 from p2p.intake import take_block, take_tx
 from p2p.relay import Inventory, Relay, RelaySettings, Send
@@ -429,11 +429,11 @@ class RelayPort:
         "_armed",
         "_dispatcher",
         "_index",
-        "_out",
         "_phase",
         "engine",
         "hub",
         "network",
+        "on_inv",
         "owner",
         "relay",
     )
@@ -454,8 +454,8 @@ class RelayPort:
                 self.relay.add_peer(peer_key(link.peer))
         self._phase = rng.random() * TICK_MS
         self._armed = False
-        self._out: list[Send] = []
-        """What the handlers of one delivery send (flushed by :meth:`on_frames`)."""
+        self.on_inv = self.relay.on_inv
+        """The relay's own handler of ``inv`` (P11): nothing in between on the hottest path."""
         self._dispatcher = Dispatcher(self)
 
     def now(self) -> int:
@@ -464,29 +464,26 @@ class RelayPort:
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
         """Messages from neighbour ``src`` arrive: each through the one dispatch table
-        (:mod:`p2p.dispatch`); what the handlers send for them travels together."""
+        (:mod:`p2p.dispatch`); what the handlers return to send travels together."""
         key, now = _KEYS[src], int(self.hub.now_ms)
         dispatcher = self._dispatcher
         handlers = dispatcher.handlers
+        out: list[Send] = []
         for msg in msgs:  # Dispatcher.dispatch, inlined: this is the simulator's hottest loop
             handler = handlers.get(type(msg))
-            if handler is None:
-                dispatcher.unexpected(key, msg, now)
-            else:
-                handler(key, msg, now)
-        out = self._out
+            sends = (
+                dispatcher.unexpected(key, msg, now) if handler is None else handler(key, msg, now)
+            )
+            if sends:
+                out += sends
         if out:
-            self._out = []
             self.send(out)
         if not self._armed:
             self._arm()
 
     # ------------------------------------------------------------------ handlers (p2p.dispatch)
-    def on_inv(self, key: str, msg: wire.Inv, now: int) -> None:
-        """P11: announced items."""
-        self._out += self.relay.on_inv(key, msg, now)
-
-    def on_tx(self, key: str, msg: wire.TxMsg, now: int) -> None:
+    # ``on_inv`` is the relay's own method (bound in __init__): P11, it returns the getdata.
+    def on_tx(self, key: str, msg: wire.TxMsg, now: int) -> Sends:
         """A ``tx``: its fetch is done; to the node (admission, then relay)."""
         raw = msg.data
         txid = _TXIDS.get(raw)
@@ -494,42 +491,44 @@ class RelayPort:
             if len(_TXIDS) >= _TXIDS_MAX:
                 _TXIDS.clear()
             txid = _TXIDS[raw] = TxId(hash32(raw))
-        self._out += self.relay.on_tx(key, txid, now).sends
+        sends = self.relay.on_tx(key, txid, now).sends
         self.owner.on_deliver_tx(txid, raw, _INDEX[key])
+        return sends
 
-    def on_getdata(self, key: str, msg: wire.GetData, now: int) -> None:
+    def on_getdata(self, key: str, msg: wire.GetData, now: int) -> list[Send]:
         """P11: the items asked for (a reply is on the link at once, so §11.7's cap of two
         outstanding never binds here)."""
-        self._out += self.relay.on_getdata(key, msg)
+        return self.relay.on_getdata(key, msg)
 
-    def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> None:
+    def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> Sends | None:
         """A ``block``: its fetch is done; to the node."""
         raw = msg.data
         block_id = wire.block_frame_id(raw)
         if block_id is None:
-            return
-        self._out += self.relay.on_block(key, block_id, now).sends
+            return None
+        sends = self.relay.on_block(key, block_id, now).sends
         self.owner.on_deliver_block(BlockId(block_id), raw, _INDEX[key])
+        return sends
 
-    def on_notfound(self, key: str, msg: wire.NotFound, now: int) -> None:
+    def on_notfound(self, key: str, msg: wire.NotFound, now: int) -> Sends:
         """P11: ask the next announcer."""
-        self._out += self.relay.on_notfound(key, msg, now).sends
+        return self.relay.on_notfound(key, msg, now).sends
 
-    def on_getmilestones(self, key: str, msg: wire.GetMilestones, now: int) -> None:
+    def on_getmilestones(self, key: str, msg: wire.GetMilestones, now: int) -> list[Send]:
         """A late node catching up asks (P7, P8)."""
-        self._answer(key, self.owner.answer_getmilestones(msg))
+        return self._answer(key, self.owner.answer_getmilestones(msg))
 
-    def on_getlevelset(self, key: str, msg: wire.GetLevelSet, now: int) -> None:
+    def on_getlevelset(self, key: str, msg: wire.GetLevelSet, now: int) -> list[Send]:
         """A late node catching up asks (P9)."""
-        self._answer(key, self.owner.answer_getlevelset(msg))
+        return self._answer(key, self.owner.answer_getlevelset(msg))
 
-    def on_getpending(self, key: str, msg: wire.GetPending, now: int) -> None:
+    def on_getpending(self, key: str, msg: wire.GetPending, now: int) -> list[Send]:
         """A late node catching up asks (P9)."""
-        self._answer(key, self.owner.answer_getpending(msg))
+        return self._answer(key, self.owner.answer_getpending(msg))
 
-    def _answer(self, key: str, answer: wire.Message | None) -> None:
-        if answer is not None:
-            self._out.append((key, answer))
+    @staticmethod
+    def _answer(key: str, answer: wire.Message | None) -> list[Send]:
+        return [] if answer is None else [(key, answer)]
 
     def on_unexpected(self, key: str, msg: wire.Message, now: int) -> None:
         """Sync replies and connection messages: an always-on node never asks for them."""
