@@ -280,7 +280,7 @@ class Scenario:
             self.mine_one(self.rng.choice(self.miners))
 
 
-def test_v2_two_thousand_block_multi_tip_scenario_keeps_ledger_invariants() -> None:
+def test_a_two_thousand_block_multi_tip_scenario_keeps_ledger_invariants() -> None:
     """H5, L1-L3, V1, V2, R1-R7 (v2) over 2,000 SIM blocks from 5 peer chains, real PoW.
 
     Scenario override (documented): ``SIM.replace(sortition_c_num=1, sortition_c_den=5)``:

@@ -1,9 +1,9 @@
 """Chain properties over DAGs with random tip lists of 1..8 (PROTOCOL.md v2 H5, H7, L1-L3, F2,
 F4, §4.4, S7, verdict table).
 
-The v2 counterpart of ``test_properties.py``: every block names 1..``max_tip_links`` tips drawn
-from recent blocks of other peer chains (ascending, committed by ``tips_root``), some miners fork
-their own peer chain (S7 second children, §12 ``c`` rows), milestones fork. Real but cheap proof
+The multi-tip counterpart of ``test_properties.py``: every block names 1..``max_tip_links`` tips
+drawn from recent blocks of other peer chains (ascending, committed by ``tips_root``), some miners
+fork their own peer chain (S7 second children, §12 ``c`` rows), milestones fork. Real but cheap proof
 of work on DEVNET with a harder genesis target (``0x20040000``: a block costs ~16 hashes, a
 milestone ~64, and a changed nonce fails H4 with probability 15/16). Every tx is signed so that S5
 assigns it to the block built for it (devnet's c is 1/16 since v2.1: ``spend`` varies the
@@ -211,7 +211,7 @@ def dag_pool() -> tuple[Dag, ...]:
     return tuple(build_dag(*shape) for shape in DAG_SHAPES)
 
 
-def test_v2_dag_pool_has_multi_tip_blocks_s7_forks_and_conflicts() -> None:
+def test_the_dag_pool_has_multi_tip_blocks_s7_forks_and_conflicts() -> None:
     """H5, S7, V2: the pool is not vacuous: blocks with 2..8 tips, second children whose txs are
     INVALID(sortition) by S7, double spends, milestone forks and pending blocks."""
     dags = dag_pool()
