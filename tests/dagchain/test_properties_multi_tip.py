@@ -3,8 +3,8 @@ F4, §4.4, S7, verdict table).
 
 The multi-tip counterpart of ``test_properties.py``: every block names 1..``max_tip_links`` tips
 drawn from recent blocks of other peer chains (ascending, committed by ``tips_root``), some miners
-fork their own peer chain (S7 second children, §12 ``c`` rows), milestones fork. Real but cheap proof
-of work on DEVNET with a harder genesis target (``0x20040000``: a block costs ~16 hashes, a
+fork their own peer chain (S7 second children, §12 ``c`` rows), milestones fork. Real but cheap
+proof of work on DEVNET with a harder genesis target (``0x20040000``: a block costs ~16 hashes, a
 milestone ~64, and a changed nonce fails H4 with probability 15/16). Every tx is signed so that S5
 assigns it to the block built for it (devnet's c is 1/16 since v2.1: ``spend`` varies the
 signature's aux randomness), so txs are INVALID only by S7, conflicts or missing inputs.
