@@ -342,10 +342,7 @@ class NodeService:
         return any(self.chain.get_utxo(i.txid, i.out_index) is None for i in tx.inputs)
 
     def _admit(self, raw: bytes) -> Transaction:
-        p = self.params
-        if len(raw) > p.max_tx_bytes:
-            raise InvalidTransaction("T1", f"{len(raw)} bytes exceed max_tx_bytes")
-        try:
+        try:  # T1, size included: the decoder reads at most max_tx_bytes
             tx = self._decode_tx(raw)
         except EncodingError as exc:
             raise InvalidTransaction("T1", str(exc)) from None
@@ -353,9 +350,8 @@ class NodeService:
         if tx.txid in pool:
             raise MempoolDuplicate("transaction already in the mempool", tx.txid)
         # A pool conflict is cheaper to find than a signature check (§7.5 order).
-        outpoints = [(i.txid, i.out_index) for i in tx.inputs]
-        spender = pool.conflicts_with(outpoints)
-        if spender is not None and all(self.chain.get_utxo(t, i) for t, i in outpoints):
+        spender = pool.conflicts_with((i.txid, i.out_index) for i in tx.inputs)
+        if spender is not None and all(self.chain.get_utxo(i.txid, i.out_index) for i in tx.inputs):
             raise MempoolConflict(
                 f"an input is already spent by mempool tx {spender.hex()}", tx.txid, spender
             )

@@ -105,6 +105,15 @@ def test_bad_tx_bytes_fail_t1(h: Harness) -> None:
     assert h.service.rejected["tx:T1"] == 1
 
 
+def test_a_tx_over_max_tx_bytes_fails_t1_in_the_decoder(h: Harness) -> None:
+    """T1's size bound is the decoder's (it reads at most ``max_tx_bytes``): the service does
+    not check it a second time, and the verdict is the same."""
+    with pytest.raises(InvalidTransaction) as err:
+        h.service.submit_tx(b"\x93" + bytes(DEVNET.max_tx_bytes))
+    assert err.value.rule == "T1"
+    assert h.service.rejected["tx:T1"] == 1
+
+
 def test_unknown_input_fails_v6(h: Harness) -> None:
     tx = transfer([(bytes(32), 0)], [(5, BOB)], DEVNET)
     with pytest.raises(InvalidTransaction) as err:
