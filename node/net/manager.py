@@ -154,6 +154,9 @@ class PeerManager:
             try:
                 step()
             except Exception:
+                # Reason: a bug in one timer step (dialing, the exchange's 250 ms timers) must not
+                # stop the node's networking; it is logged with its traceback and counted in
+                # PeerManager.errors, and the next tick runs as usual.
                 self.errors[step.__name__] += 1
                 log.exception(
                     "p2p %s failed (%d so far)", step.__name__, self.errors[step.__name__]
