@@ -31,7 +31,9 @@ def test_sigkill_while_syncing_and_while_receiving_blocks(network: TestNetwork) 
     acked = []
     relayed = factory.mine(200)
     for i, block in enumerate(relayed):
-        if i % 2:
+        # Even blocks go to node1, so the first one (whose parents node1 already holds) is acked
+        # whatever the relay's timing: on a loaded machine every later one may arrive as an orphan.
+        if i % 2 == 0:
             if b.submit_block(block)["status"] == "accepted":  # 202 orphans are not acks
                 acked.append(block.id)
         else:
