@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("dagchain.api")
-STATIC_DIR = Path(__file__).parent / "static"
+STATIC_DIR = Path(__file__).parent.parent / "static"
 EVENT_QUEUE = 1024
 """Events buffered per WebSocket client; a slower client is disconnected, never buffered more."""
 MILESTONES_MAX = 1000
