@@ -3,7 +3,10 @@
 No I/O and no consensus rule here: it hands blocks and transactions to the core, keeps the
 mempool in step with the best chain (PROTOCOL.md §4.4 and §7.5 policy) and tells its listeners
 what changed through :class:`NodeEvent`. The peer-to-peer side, the HTTP API and the metrics
-all go through this one object, so the chain is never touched from two places at once.
+all go through this one object, so the chain is never touched from two places at once: every
+change (a block, a tx, a template, an invalidation) is a method here; readers (the API's block,
+DAG and address views, the metrics) read ``chain`` and ``mempool`` through the core's read-only
+queries (``dagchain.queries``) on the same thread, and never write to them.
 """
 
 from collections import Counter
@@ -25,8 +28,9 @@ from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, Mempool
 from dagchain.params import ConsensusParams
 from dagchain.pool_policy import follow_reorg
 from dagchain.rules import is_stale_relay
+from dagchain.template import BlockTemplate, try_build_template
 from dagchain.transactions import Transaction, decode_transaction
-from dagchain.types import BlockId, TxId
+from dagchain.types import Address, BlockId, TxId
 from p2p.wire import block_frame_milestone_link
 
 __all__ = ["EventKind", "NodeEvent", "NodeService"]
@@ -94,7 +98,6 @@ class NodeService:
         """Txs of undone level sets that went back into the mempool (§4.4 policy)."""
         self._deferred: list[tuple[BlockOutcome, int, str]] | None = None
         """Inside :meth:`sync_batch`: the outcomes to report once the batch is written."""
-        """Inside :meth:`sync_batch`: accepted outcomes to report once the batch is written."""
 
     # ------------------------------------------------------------------ events
     def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
@@ -382,6 +385,26 @@ class NodeService:
         if reorg is not None:
             self._on_reorg(reorg)
         return reorg
+
+    # ------------------------------------------------------------------ mining and admin (API)
+    def build_template(
+        self, *, root: bytes | None = None, register: Address | None = None
+    ) -> BlockTemplate:
+        """§3.4: a block template for the peer chain of ``root`` (or a registration block paying
+        ``register``), from the chain and mempool as they are now, timed by the node's clock.
+
+        Raises:
+            KeyError: no peer chain with that root.
+            TemplateUnavailable: no template can be built now (its ``code`` says why).
+        """
+        return try_build_template(
+            self.chain, self.mempool, self.clock(), root=root, register=register
+        )
+
+    def is_milestone(self, block_id: bytes) -> bool:
+        """True for an accepted milestone other than genesis (what F8's tools act on)."""
+        chain = self.chain
+        return block_id != chain.genesis_id and chain.get_snapshot(block_id) is not None
 
     # ------------------------------------------------------------------ queries (p2p)
     def has_block(self, block_id: bytes) -> bool:

@@ -222,3 +222,17 @@ def test_import_contracts_are_kept() -> None:
         check=False,
     )
     assert result.returncode == 0, f"lint-imports failed:\n{result.stdout}\n{result.stderr}"
+
+
+MODULE_LINES_MAX = 600
+"""Issue 22: a module of the daemon's shell or of the protocol engine over this is split."""
+
+
+@pytest.mark.parametrize("package", ["node", "p2p"])
+def test_no_module_of_the_shell_or_the_engine_is_over_600_lines(package: str) -> None:
+    long = {
+        str(path.relative_to(REPO_ROOT)): n
+        for path in sorted((REPO_ROOT / package).rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MODULE_LINES_MAX
+    }
+    assert long == {}
