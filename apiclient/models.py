@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "HEX_BYTES_PATTERN",
+    "TX_BATCH_MAX",
     "AddressResponse",
     "AdminResponse",
     "BestMilestone",
@@ -28,7 +29,10 @@ __all__ = [
     "RawRequest",
     "StatusResponse",
     "SubmitBlockResponse",
+    "SubmitTxBatchRequest",
+    "SubmitTxBatchResponse",
     "SubmitTxResponse",
+    "SubmitTxResult",
     "Targets",
     "TemplateResponse",
     "TxResponse",
@@ -164,6 +168,38 @@ class TxResponse(_Model):
 
 class SubmitTxResponse(_Model):
     txid: Hex32
+
+
+TX_BATCH_MAX = 1000
+"""``POST /v1/txs/batch`` takes 1..TX_BATCH_MAX raw txs."""
+
+
+class SubmitTxBatchRequest(_Model):
+    # Each item's pattern is checked by the handler (that item's 400 bad-hex), not here.
+    raw: list[
+        Annotated[
+            str,
+            Field(max_length=4 * 1024 * 1024, json_schema_extra={"pattern": HEX_BYTES_PATTERN}),
+        ]
+    ] = Field(
+        min_length=1,
+        max_length=TX_BATCH_MAX,
+        description="Canonical bytes of each tx as hex, admitted in this order",
+    )
+
+
+class SubmitTxResult(_Model):
+    txid: Hex32 | None = Field(description="The tx's id; null when its bytes do not decode")
+    status: Literal[202, 400, 409, 503] = Field(
+        description="The status POST /v1/txs would answer for this item alone, at its turn"
+    )
+    reason: str | None = Field(
+        description="null when accepted (202); else the error code POST /v1/txs would give"
+    )
+
+
+class SubmitTxBatchResponse(_Model):
+    results: list[SubmitTxResult] = Field(description="One result per item, in request order")
 
 
 class UtxoItem(_Model):
