@@ -1,6 +1,7 @@
 """The chain, ledger and mempool endpoints: reads, and ``POST /v1/txs`` (INTERFACES.md)."""
 
 import contextlib
+from typing import Literal
 
 from aiohttp import web
 
@@ -22,10 +23,20 @@ from node.api.context import (
     INT_MAX,
     MEMPOOL_TXIDS_MAX,
     MILESTONES_MAX,
+    ApiContext,
     ApiError,
     json_answer,
 )
-from node.api.params import hex32, int_query, parse_address, parse_hex32, parse_int, raw_body
+from node.api.params import (
+    hex32,
+    int_query,
+    parse_address,
+    parse_hex,
+    parse_hex32,
+    parse_int,
+    raw_body,
+    raw_list_body,
+)
 
 
 async def status(request: web.Request) -> web.Response:
@@ -312,19 +323,52 @@ async def peers(request: web.Request) -> web.Response:
     return json_answer([M.PeerInfo.model_validate(p) for p in view.peers_info()])
 
 
+def _admit(
+    ctx: ApiContext, raw: bytes
+) -> tuple[TxId | None, Literal[202, 400, 409, 503], str, str]:
+    """One tx into the mempool: (txid, status, code, message), as ``POST /v1/txs`` answers it.
+
+    The txid is None when the bytes do not decode (T1).
+    """
+    try:
+        return ctx.service.submit_tx(raw, peer="api"), 202, "", ""
+    except MempoolDuplicate as exc:
+        return TxId(exc.txid), 202, "", ""
+    except InvalidTransaction as exc:
+        txid = TxId(exc.txid) if exc.txid is not None else None
+        if exc.rule == "V6":
+            return txid, 409, exc.message, f"{exc.rule}: {exc.message}"
+        return txid, 400, exc.rule, f"{exc.rule}: {exc.message}"
+    except MempoolFull as exc:
+        return TxId(exc.txid), 503, "mempool-full", exc.message
+    except MempoolError as exc:
+        return TxId(exc.txid), 409, exc.code, exc.message
+
+
 async def submit_tx(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    raw = await raw_body(request)
-    try:
-        txid = ctx.service.submit_tx(raw, peer="api")
-    except MempoolDuplicate as exc:
-        txid = TxId(exc.txid)
-    except InvalidTransaction as exc:
-        status = 409 if exc.rule == "V6" else 400
-        code = exc.message if exc.rule == "V6" else exc.rule
-        raise ApiError(status, code, f"{exc.rule}: {exc.message}") from None
-    except MempoolFull as exc:
-        raise ApiError(503, "mempool-full", exc.message) from None
-    except MempoolError as exc:
-        raise ApiError(409, exc.code, exc.message) from None
+    txid, status, code, message = _admit(ctx, await raw_body(request))
+    if status != 202 or txid is None:
+        raise ApiError(status, code, message)
     return json_answer(M.SubmitTxResponse(txid=txid.hex()), status=202)
+
+
+async def submit_tx_batch(request: web.Request) -> web.Response:
+    """``POST /v1/txs/batch``: each item admitted in request order, as ``POST /v1/txs`` would
+    admit it alone at its turn (no await between items: no other request interleaves)."""
+    ctx = request.app[CTX]
+    results: list[M.SubmitTxResult] = []
+    for text in await raw_list_body(request):
+        raw = parse_hex(text)
+        if raw is None:
+            results.append(M.SubmitTxResult(txid=None, status=400, reason="bad-hex"))
+            continue
+        txid, status, code, _ = _admit(ctx, raw)
+        results.append(
+            M.SubmitTxResult(
+                txid=txid.hex() if txid is not None else None,
+                status=status,
+                reason=code if status != 202 else None,
+            )
+        )
+    return json_answer(M.SubmitTxBatchResponse(results=results))

@@ -6,6 +6,7 @@ Each refuses bad input with one :class:`~node.api.context.ApiError` (400 or 401)
 import json
 import re
 import secrets
+from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -56,23 +57,48 @@ def int_query(request: web.Request, name: str, default: int, lo: int, hi: int) -
     return default if text is None else parse_int(text, name, lo, hi)
 
 
-async def raw_body(request: web.Request) -> bytes:
+async def _json_body(request: web.Request) -> Any:
     # The bytes are parsed as JSON (UTF-8, or the UTF-16/32 that json detects), whatever charset
     # the Content-Type names: request.json() would decode by that charset, and an unknown one is
     # a LookupError. Nesting deep enough to exhaust the parser's recursion is not JSON we take.
     data = await request.read()
     try:
-        payload = json.loads(data)
+        return json.loads(data)
     except (ValueError, RecursionError):
         raise ApiError(400, "bad-json", "the body is not JSON") from None
+
+
+def parse_hex(text: str) -> bytes | None:
+    """Hex digits, two per byte, as bytes; else None.
+
+    Not ``bytes.fromhex`` alone: it skips whitespace, so "00 11" would pass as two bytes.
+    """
+    return bytes.fromhex(text) if _HEX_BYTES.fullmatch(text) else None
+
+
+async def raw_body(request: web.Request) -> bytes:
+    """The bytes of a ``{"raw": "<hex>"}`` body."""
     try:
-        body = M.RawRequest.model_validate(payload)
+        body = M.RawRequest.model_validate(await _json_body(request))
     except ValidationError as exc:
         raise ApiError(400, "bad-request", 'the body must be {"raw": "<hex>"}') from exc
-    # Not bytes.fromhex alone: it skips whitespace, so "00 11" would pass as two bytes.
-    if not _HEX_BYTES.fullmatch(body.raw):
+    raw = parse_hex(body.raw)
+    if raw is None:
         raise ApiError(400, "bad-hex", "raw must be hex digits, two per byte")
-    return bytes.fromhex(body.raw)
+    return raw
+
+
+async def raw_list_body(request: web.Request) -> list[str]:
+    """The items of a ``{"raw": ["<hex>", ...]}`` body (1..TX_BATCH_MAX), each still to check."""
+    try:
+        body = M.SubmitTxBatchRequest.model_validate(await _json_body(request))
+    except ValidationError as exc:
+        raise ApiError(
+            400,
+            "bad-request",
+            f'the body must be {{"raw": ["<hex>", ...]}} with 1..{M.TX_BATCH_MAX} items',
+        ) from exc
+    return body.raw
 
 
 def check_token(request: web.Request) -> None:

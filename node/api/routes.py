@@ -23,6 +23,7 @@ from node.api.chain import (
     peers,
     status,
     submit_tx,
+    submit_tx_batch,
 )
 from node.api.context import (
     CTX,
@@ -220,6 +221,22 @@ ROUTES: tuple[Route, ...] = (
         M.SubmitTxResponse,
         request=M.RawRequest,
         statuses=(202, 400, 409, 413, 503),
+    ),
+    Route(
+        "POST",
+        "/v1/txs/batch",
+        submit_tx_batch,
+        "submitTxBatch",
+        "Submit up to 1,000 transactions",
+        f"1..{M.TX_BATCH_MAX} transactions as hex, admitted in request order as POST /v1/txs "
+        "would admit each alone at its turn (a later item may spend an earlier one's output "
+        "only where POST /v1/txs would allow it: it does not, unconfirmed parents are refused). "
+        "200 with one result per item, in order: the txid (null when the bytes do not decode), "
+        "the status POST /v1/txs would answer (202, 400, 409, 503) and its error code as the "
+        "reason (null for 202). 400 a body that is not such a list; 413 a body over the limit.",
+        M.SubmitTxBatchResponse,
+        request=M.SubmitTxBatchRequest,
+        statuses=(200, 400, 413),
     ),
     Route(
         "GET",
