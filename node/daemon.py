@@ -161,6 +161,7 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
             service,
             lambda: peers.connected_count if peers is not None else 0,
             p2p_sent=peers.sent if peers is not None else None,
+            p2p_errors=peers.errors if peers is not None else None,
         )
         ctx = ApiContext(service, config.network, version, node_id, token, metrics, peers)
         app = create_app(ctx, config.api_body_limit)

@@ -1,8 +1,9 @@
 """Prometheus metrics of one node (``GET /metrics``), in a registry of its own (no globals)."""
 
 import time
+from collections import Counter as Tally
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -60,6 +61,25 @@ class _SentCollector(Collector):
         yield size
 
 
+class _InternalErrorsCollector(Collector):
+    """``dagchain_internal_errors_total{where}``: exceptions a loop or the API caught, logged
+    and survived (a bug to report), read at scrape from the counts of their owners."""
+
+    def __init__(self, counts: Mapping[str, Mapping[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self):  # type: ignore[no-untyped-def]  # prometheus' own signature
+        family = CounterMetricFamily(
+            "dagchain_internal_errors",
+            "Unexpected exceptions caught, logged with a traceback and survived, by place",
+            labels=["where"],
+        )
+        for owner, counts in sorted(self._counts.items()):
+            for place, count in sorted(counts.items()):
+                family.add_metric([f"{owner}:{place}"], count)
+        yield family
+
+
 @final
 class NodeMetrics:
     """Counters fed by NodeEvents, gauges read at scrape time."""
@@ -70,9 +90,11 @@ class NodeMetrics:
         peer_count: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
         p2p_sent: FrameCounts | None = None,
+        p2p_errors: Mapping[str, int] | None = None,
     ) -> None:
         """``p2p_sent``: the peer manager's frame counts (None without P2P: the families
-        are then listed with no samples)."""
+        are then listed with no samples). ``p2p_errors``: the peer manager's caught exceptions
+        by step (``PeerManager.errors``)."""
         self.registry = CollectorRegistry()
         self._service = service
         self._clock = clock
@@ -108,6 +130,10 @@ class NodeMetrics:
             Gauge(name, text, registry=r).set_function(fn)
         r.register(_RejectedCollector(service))
         r.register(_SentCollector(p2p_sent if p2p_sent is not None else FrameCounts()))
+        self.api_errors: Tally[str] = Tally()
+        """Requests the API's middleware answered with 500 (an unexpected exception), by route."""
+        errors = {"api": self.api_errors, "p2p": p2p_errors if p2p_errors is not None else {}}
+        r.register(_InternalErrorsCollector(errors))
         service.subscribe(self.on_event)
 
     def on_event(self, event: NodeEvent) -> None:

@@ -58,6 +58,12 @@ async def error_middleware(
     except asyncio.CancelledError:
         raise
     except Exception:
+        # Reason: a bug in one handler must not take the node down or leak a traceback to the
+        # client; it is logged with its traceback, counted in dagchain_internal_errors_total
+        # and answered 500, and the next request is served as usual.
+        route = request.match_info.route.resource
+        where = route.canonical if route is not None else "unrouted"
+        request.app[CTX].metrics.api_errors[f"{request.method} {where}"] += 1
         log.exception("unexpected error in %s %s", request.method, request.path)
         return error_response(500, "internal", "internal error (see the node's log)")
 

@@ -277,3 +277,28 @@ def test_events_closes_client_messages_of_4096_bytes_with_1009(tmp_path: Path, s
 
         code = api.loop.run_until_complete(go())
         assert code == (1009 if size >= 4096 else None)
+
+
+def test_a_handler_bug_is_a_500_counted_in_metrics_and_the_next_request_is_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No exception swallowed without a log line, a counter and a reason (issue 22)."""
+    with serving(tmp_path) as api:
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(api.node.service, "is_milestone", broken)
+        path = f"/v1/admin/invalidate/{'ab' * 32}"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for _ in range(2):
+            answer = api.request("POST", path, None, auth)
+            assert answer.status == 500
+            assert json.loads(answer.body)["error"]["code"] == "internal"
+            assert "a bug" not in answer.body.decode()
+        assert "RuntimeError: a bug" in caplog.text
+        metrics = api.request("GET", "/metrics").body.decode()
+        line = 'dagchain_internal_errors_total{where="api:POST /v1/admin/invalidate/{milestone}"}'
+        assert f"{line} 2.0" in metrics
+        monkeypatch.undo()
+        assert api.request("GET", "/v1/status").status == 200
