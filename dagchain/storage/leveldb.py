@@ -100,8 +100,12 @@ class LevelDBStore:
         text = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if isinstance(exc, self._plyvel.CorruptionError) or text.startswith("Corruption"):
             return StorageError(f"LevelDB database {self.path} is corrupted: {text}")
-        if "/LOCK" in text:
+        if text.startswith("IO error: lock "):  # "already held by process" or an errno
             return StorageError(f"LevelDB database {self.path} is in use by another process")
+        if text.startswith("NotFound") and not Path(self.path).parent.is_dir():
+            return StorageError(
+                f"{what} LevelDB database {self.path}: its parent directory does not exist"
+            )
         return StorageError(f"{what} LevelDB database {self.path}: {text}")
 
     def get(self, key: bytes) -> bytes | None:

@@ -72,6 +72,27 @@ def test_second_process_gets_a_clear_locked_error(tmp_path: Path) -> None:
     LevelDBStore(db).close()  # released when the holder exits
 
 
+def test_a_database_whose_parent_directory_is_missing_is_not_called_in_use(
+    tmp_path: Path,
+) -> None:
+    """LevelDB reports the missing parent as a NotFound on its LOCK file: that is no lock held
+    by another process (the message it got before), and nothing is created."""
+    db = tmp_path / "missing" / "chain"
+    with pytest.raises(StorageError, match=f"{db}: its parent directory does not exist") as err:
+        LevelDBStore(db)
+    assert "in use" not in str(err.value)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_same_database_opened_twice_in_one_process_is_in_use(tmp_path: Path) -> None:
+    first = LevelDBStore(tmp_path / "db")
+    try:
+        with pytest.raises(StorageError, match="is in use by another process"):
+            LevelDBStore(tmp_path / "db")
+    finally:
+        first.close()
+
+
 def test_missing_database_without_create_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match=f"{tmp_path / 'none'}.*does not exist"):
         LevelDBStore(tmp_path / "none", create_if_missing=False)
