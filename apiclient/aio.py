@@ -1,20 +1,20 @@
 """The asyncio client: :class:`NodeApi` on an aiohttp session (wallet, load generator, miner)."""
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, final
 
 import aiohttp
 
+from apiclient import models as M
 from apiclient.core import (
     DEFAULT_TIMEOUT_S,
-    Answer,
     ApiError,
     Call,
     NodeUnreachable,
     Token,
-    TxStatus,
     decode,
     endpoints,
 )
@@ -116,16 +116,18 @@ class NodeApi:
             return status, text[:200]
 
     # ---------------------------------------------------------------- typed endpoints
+    # Each answer is its model of apiclient.models; one that does not fit raises ApiError
+    # ``bad-answer`` (see apiclient.core).
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> M.StatusResponse:
         """``GET /v1/status``."""
         return await self.run(endpoints.status())
 
-    async def block(self, block_hash: str) -> dict[str, Any]:
+    async def block(self, block_hash: str) -> M.BlockResponse:
         """``GET /v1/blocks/{hash}``."""
         return await self.run(endpoints.block(block_hash))
 
-    async def milestones(self, start: int, limit: int) -> list[dict[str, Any]]:
+    async def milestones(self, start: int, limit: int) -> list[M.MilestoneItem]:
         """``GET /v1/milestones?start=&limit=``."""
         return await self.run(endpoints.milestones(start, limit))
 
@@ -133,11 +135,15 @@ class NodeApi:
         """``GET /v1/milestones/{height}/level-set``: block hashes in total order."""
         return await self.run(endpoints.level_set(height))
 
-    async def dag(self, start: int, limit: int) -> dict[str, Any]:
+    async def dag(self, start: int, limit: int) -> M.DagResponse:
         """``GET /v1/dag?start=&limit=``."""
         return await self.run(endpoints.dag(start, limit))
 
-    async def tx(self, txid: str) -> TxStatus:
+    async def lookup(self, query: str) -> M.LookupResponse:
+        """``GET /v1/lookup/{query}``: block, transaction, address or unknown."""
+        return await self.run(endpoints.lookup(query))
+
+    async def tx(self, txid: str) -> M.TxResponse:
         """``GET /v1/txs/{txid}`` (``unknown`` is a 200 answer)."""
         return await self.run(endpoints.tx(txid))
 
@@ -145,31 +151,35 @@ class NodeApi:
         """``POST /v1/txs``; the txid (202). 400 invalid, 409 conflict/spent, 503 pool full."""
         return await self.run(endpoints.submit_tx(raw))
 
-    async def address(self, address: str) -> dict[str, Any]:
+    async def submit_tx_batch(self, raws: Sequence[bytes]) -> M.SubmitTxBatchResponse:
+        """``POST /v1/txs/batch``: one result per tx, in order (200 unless the body is bad)."""
+        return await self.run(endpoints.submit_tx_batch(raws))
+
+    async def address(self, address: str) -> M.AddressResponse:
         """``GET /v1/addresses/{address}``."""
         return await self.run(endpoints.address(address))
 
-    async def mempool(self) -> dict[str, Any]:
+    async def mempool(self) -> M.MempoolResponse:
         """``GET /v1/mempool``."""
         return await self.run(endpoints.mempool())
 
-    async def peers(self) -> list[dict[str, Any]]:
+    async def peers(self) -> list[M.PeerInfo]:
         """``GET /v1/peers``."""
         return await self.run(endpoints.peers())
 
     async def template(
         self, *, root: str | None = None, register: str | None = None
-    ) -> dict[str, Any]:
+    ) -> M.TemplateResponse:
         """``GET /v1/mining/template?root=`` or ``?register=`` (bearer token)."""
         query = {"root": root} if root is not None else {"register": register or ""}
         return await self.run(endpoints.template(query))
 
-    async def submit_block(self, raw: bytes) -> Answer:
+    async def submit_block(self, raw: bytes) -> M.SubmitBlockResponse:
         """``POST /v1/mining/submit`` (bearer token): 200 accepted/duplicate or 202 orphan."""
         return await self.run(endpoints.submit_block(raw))
 
     async def admin(
         self, action: Literal["invalidate", "reconsider"], milestone: str
-    ) -> dict[str, Any]:
+    ) -> M.AdminResponse:
         """``POST /v1/admin/{action}/{milestone}`` (bearer token)."""
         return await self.run(endpoints.admin(action, milestone))

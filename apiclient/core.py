@@ -3,13 +3,23 @@
 Sans-I/O: nothing here opens a socket. :mod:`apiclient.aio` (aiohttp) and :mod:`apiclient.sync`
 (urllib, for threads and scripts) send a :class:`Call` and turn the answer into its typed result
 with :func:`decode`, so paths, query strings, auth and the error shape are written once.
+
+Every answer is parsed into the pydantic model the node answers with (:mod:`apiclient.models`,
+the one schema of the API). A client is lenient where the node is strict: fields a newer node
+adds are dropped (INTERFACES.md lets the API add fields), while a missing field or a wrong type
+raises :class:`ApiError` with code ``bad-answer``.
 """
 
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypedDict, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, Union, get_args, get_origin
 from urllib.parse import quote, urlencode
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from apiclient import models as M
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -19,26 +29,16 @@ __all__ = [
     "NodeUnreachable",
     "Token",
     "TxState",
-    "TxStatus",
     "decode",
     "endpoints",
+    "reader",
 ]
 
 DEFAULT_TIMEOUT_S = 15.0
 T = TypeVar("T")
 
 TxState = Literal["mempool", "pending", "confirmed", "invalid", "unknown"]
-
-
-class TxStatus(TypedDict):
-    """``GET /v1/txs/{txid}``."""
-
-    txid: str
-    status: TxState
-    block: str | None
-    milestone_height: int | None
-    confirmations: int
-    reason: str | None
+"""``status`` of ``GET /v1/txs/{txid}`` (:class:`apiclient.models.TxResponse`)."""
 
 
 class ApiError(Exception):
@@ -110,10 +110,19 @@ class Call(Generic[T]):
 
 
 def decode(call: Call[T], status: int, body: Any) -> T:
-    """The typed result of an answer; a non-2xx one raises :class:`ApiError`."""
+    """The typed result of an answer; a non-2xx one, or one that does not fit the endpoint's
+    model (``bad-answer``), raises :class:`ApiError`."""
     if not 200 <= status < 300:
         raise ApiError.from_answer(call.method, call.target, status, body)
-    return call.decode(Answer(status, body))
+    try:
+        return call.decode(Answer(status, body))
+    except ApiError as exc:
+        if exc.method:
+            raise
+        # a reader's bad-answer names no request: this one
+        raise ApiError(
+            exc.status, exc.code, exc.message, exc.body, call.method, call.target
+        ) from None
 
 
 class Token:
@@ -153,92 +162,142 @@ def _seg(text: str) -> str:
     return quote(text, safe="")
 
 
-def _dict(a: Answer) -> dict[str, Any]:
-    if not isinstance(a.body, dict):
-        raise ApiError(a.status, "bad-json", "expected a JSON object", a.body, "", "")
-    return cast(dict[str, Any], a.body)
+def _known_fields(model: type[BaseModel], data: Any) -> Any:
+    """``data`` without the keys ``model`` does not declare, at every depth (a newer node's
+    fields), when ``model`` forbids extra keys; anything else is left for validation to judge."""
+    if not isinstance(data, dict) or model.model_config.get("extra") != "forbid":
+        return data
+    fields = model.model_fields
+    return {k: _known(fields[k].annotation, v) for k, v in data.items() if k in fields}
 
 
-def _list(a: Answer) -> list[Any]:
-    if not isinstance(a.body, list):
-        raise ApiError(a.status, "bad-json", "expected a JSON array", a.body, "", "")
-    return a.body
+def _known(annotation: Any, value: Any) -> Any:
+    """:func:`_known_fields` for a value of a field annotated ``annotation``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _known_fields(annotation, value)
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is list and args and isinstance(value, list):
+        return [_known(args[0], v) for v in value]
+    if origin in (Union, types.UnionType) and isinstance(value, dict):
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        return _known_fields(models[0], value) if len(models) == 1 else value
+    return value
 
 
-def _strings(a: Answer) -> list[str]:
-    return [str(x) for x in _list(a)]
+def reader(schema: type[T]) -> Callable[[Answer], T]:
+    """How to read a 2xx body as ``schema`` (a model or a ``list`` of one), extra fields dropped.
+
+    The reader raises :class:`ApiError` ``bad-answer`` when the body does not fit the schema.
+    """
+    adapter = TypeAdapter(schema)
+    name = getattr(schema, "__name__", None) or str(schema)
+
+    def read(a: Answer) -> T:
+        try:
+            return adapter.validate_python(_known(schema, a.body))
+        except ValidationError as exc:
+            where = "; ".join(
+                f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}"
+                for e in exc.errors()[:3]
+            )
+            message = f"the answer does not fit {name}: {where}"
+            raise ApiError(a.status, "bad-answer", message, a.body, "", "") from None
+
+    return read
 
 
-def _answer(a: Answer) -> Answer:
-    return a
-
-
-def _tx_status(a: Answer) -> TxStatus:
-    return cast(TxStatus, _dict(a))
+_STATUS = reader(M.StatusResponse)
+_BLOCK = reader(M.BlockResponse)
+_MILESTONES = reader(list[M.MilestoneItem])
+_HASHES = reader(list[str])
+_DAG = reader(M.DagResponse)
+_LOOKUP = reader(M.LookupResponse)
+_TX = reader(M.TxResponse)
+_SUBMIT_TX = reader(M.SubmitTxResponse)
+_SUBMIT_TX_BATCH = reader(M.SubmitTxBatchResponse)
+_ADDRESS = reader(M.AddressResponse)
+_MEMPOOL = reader(M.MempoolResponse)
+_PEERS = reader(list[M.PeerInfo])
+_TEMPLATE = reader(M.TemplateResponse)
+_SUBMIT_BLOCK = reader(M.SubmitBlockResponse)
+_ADMIN = reader(M.AdminResponse)
 
 
 def _txid(a: Answer) -> str:
-    return str(_dict(a)["txid"])
+    return _SUBMIT_TX(a).txid
 
 
 class endpoints:
-    """One constructor per endpoint of INTERFACES.md's API table."""
+    """One constructor per endpoint of INTERFACES.md's API table, each read into its model."""
 
     @staticmethod
-    def status() -> Call[dict[str, Any]]:
-        return Call("GET", "/v1/status", _dict)
+    def status() -> Call[M.StatusResponse]:
+        return Call("GET", "/v1/status", _STATUS)
 
     @staticmethod
-    def block(block_hash: str) -> Call[dict[str, Any]]:
-        return Call("GET", f"/v1/blocks/{_seg(block_hash)}", _dict)
+    def block(block_hash: str) -> Call[M.BlockResponse]:
+        return Call("GET", f"/v1/blocks/{_seg(block_hash)}", _BLOCK)
 
     @staticmethod
-    def milestones(start: int, limit: int) -> Call[list[dict[str, Any]]]:
-        return Call("GET", "/v1/milestones", _list, query={"start": start, "limit": limit})
+    def milestones(start: int, limit: int) -> Call[list[M.MilestoneItem]]:
+        return Call("GET", "/v1/milestones", _MILESTONES, query={"start": start, "limit": limit})
 
     @staticmethod
     def level_set(height: int) -> Call[list[str]]:
-        return Call("GET", f"/v1/milestones/{height}/level-set", _strings)
+        return Call("GET", f"/v1/milestones/{height}/level-set", _HASHES)
 
     @staticmethod
-    def dag(start: int, limit: int) -> Call[dict[str, Any]]:
-        return Call("GET", "/v1/dag", _dict, query={"start": start, "limit": limit})
+    def dag(start: int, limit: int) -> Call[M.DagResponse]:
+        return Call("GET", "/v1/dag", _DAG, query={"start": start, "limit": limit})
 
     @staticmethod
-    def tx(txid: str) -> Call[TxStatus]:
-        return Call("GET", f"/v1/txs/{_seg(txid)}", _tx_status)
+    def lookup(query: str) -> Call[M.LookupResponse]:
+        """What the explorer's search string names (``unknown`` is a 200 answer)."""
+        return Call("GET", f"/v1/lookup/{_seg(query)}", _LOOKUP)
+
+    @staticmethod
+    def tx(txid: str) -> Call[M.TxResponse]:
+        return Call("GET", f"/v1/txs/{_seg(txid)}", _TX)
 
     @staticmethod
     def submit_tx(raw: bytes) -> Call[str]:
+        """The txid of the 202 answer (:class:`~apiclient.models.SubmitTxResponse`)."""
         return Call("POST", "/v1/txs", _txid, json={"raw": raw.hex()})
 
     @staticmethod
-    def address(address: str) -> Call[dict[str, Any]]:
-        return Call("GET", f"/v1/addresses/{_seg(address)}", _dict)
+    def submit_tx_batch(raws: Sequence[bytes]) -> Call[M.SubmitTxBatchResponse]:
+        """One result per tx, in order; each ``status`` is what ``POST /v1/txs`` would answer."""
+        return Call(
+            "POST", "/v1/txs/batch", _SUBMIT_TX_BATCH, json={"raw": [r.hex() for r in raws]}
+        )
 
     @staticmethod
-    def mempool() -> Call[dict[str, Any]]:
-        return Call("GET", "/v1/mempool", _dict)
+    def address(address: str) -> Call[M.AddressResponse]:
+        return Call("GET", f"/v1/addresses/{_seg(address)}", _ADDRESS)
 
     @staticmethod
-    def peers() -> Call[list[dict[str, Any]]]:
-        return Call("GET", "/v1/peers", _list)
+    def mempool() -> Call[M.MempoolResponse]:
+        return Call("GET", "/v1/mempool", _MEMPOOL)
 
     @staticmethod
-    def template(query: Mapping[str, str]) -> Call[dict[str, Any]]:
+    def peers() -> Call[list[M.PeerInfo]]:
+        return Call("GET", "/v1/peers", _PEERS)
+
+    @staticmethod
+    def template(query: Mapping[str, str]) -> Call[M.TemplateResponse]:
         """``?root=ROOT`` or ``?register=KEYADDR``."""
-        return Call("GET", "/v1/mining/template", _dict, auth=True, query=dict(query))
+        return Call("GET", "/v1/mining/template", _TEMPLATE, auth=True, query=dict(query))
 
     @staticmethod
-    def submit_block(raw: bytes) -> Call[Answer]:
-        """200 accepted or duplicate, 202 orphan held: the status matters, so an Answer."""
-        return Call("POST", "/v1/mining/submit", _answer, json={"raw": raw.hex()}, auth=True)
+    def submit_block(raw: bytes) -> Call[M.SubmitBlockResponse]:
+        """200 ``accepted``/``duplicate`` or 202 ``orphan`` (the answer's ``status`` says which)."""
+        return Call("POST", "/v1/mining/submit", _SUBMIT_BLOCK, json={"raw": raw.hex()}, auth=True)
 
     @staticmethod
-    def admin(action: Literal["invalidate", "reconsider"], milestone: str) -> Call[dict[str, Any]]:
-        return Call("POST", f"/v1/admin/{action}/{_seg(milestone)}", _dict, auth=True)
+    def admin(action: Literal["invalidate", "reconsider"], milestone: str) -> Call[M.AdminResponse]:
+        return Call("POST", f"/v1/admin/{action}/{_seg(milestone)}", _ADMIN, auth=True)
 
     @staticmethod
     def raw(method: str, path: str, json: Any = None, auth: bool = False) -> Call[Any]:
-        """Any path (tests probing the API); the decoded body of a 2xx answer."""
+        """Any path (tests probing the API); the decoded body of a 2xx answer, unchecked."""
         return Call(method, path, lambda a: a.body, json=json, auth=auth)

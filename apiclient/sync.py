@@ -7,17 +7,17 @@ the transport differs (no event loop, safe from any thread).
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, final
 
+from apiclient import models as M
 from apiclient.core import (
     DEFAULT_TIMEOUT_S,
-    Answer,
     ApiError,
     Call,
     NodeUnreachable,
     Token,
-    TxStatus,
     decode,
     endpoints,
 )
@@ -95,16 +95,18 @@ class SyncNodeApi:
             return status, text
 
     # ---------------------------------------------------------------- typed endpoints
+    # Each answer is its model of apiclient.models; one that does not fit raises ApiError
+    # ``bad-answer`` (see apiclient.core).
 
-    def status(self, timeout_s: float | None = None) -> dict[str, Any]:
+    def status(self, timeout_s: float | None = None) -> M.StatusResponse:
         """``GET /v1/status``."""
         return self.run(endpoints.status(), timeout_s)
 
-    def block(self, block_hash: str) -> dict[str, Any]:
+    def block(self, block_hash: str) -> M.BlockResponse:
         """``GET /v1/blocks/{hash}``."""
         return self.run(endpoints.block(block_hash))
 
-    def milestones(self, start: int, limit: int) -> list[dict[str, Any]]:
+    def milestones(self, start: int, limit: int) -> list[M.MilestoneItem]:
         """``GET /v1/milestones?start=&limit=``."""
         return self.run(endpoints.milestones(start, limit))
 
@@ -112,11 +114,15 @@ class SyncNodeApi:
         """``GET /v1/milestones/{height}/level-set``: block hashes in total order."""
         return self.run(endpoints.level_set(height))
 
-    def dag(self, start: int, limit: int) -> dict[str, Any]:
+    def dag(self, start: int, limit: int) -> M.DagResponse:
         """``GET /v1/dag?start=&limit=``."""
         return self.run(endpoints.dag(start, limit))
 
-    def tx(self, txid: str) -> TxStatus:
+    def lookup(self, query: str) -> M.LookupResponse:
+        """``GET /v1/lookup/{query}``: block, transaction, address or unknown."""
+        return self.run(endpoints.lookup(query))
+
+    def tx(self, txid: str) -> M.TxResponse:
         """``GET /v1/txs/{txid}`` (``unknown`` is a 200 answer)."""
         return self.run(endpoints.tx(txid))
 
@@ -124,27 +130,33 @@ class SyncNodeApi:
         """``POST /v1/txs``; the txid (202). 400 invalid, 409 conflict/spent, 503 pool full."""
         return self.run(endpoints.submit_tx(raw))
 
-    def address(self, address: str) -> dict[str, Any]:
+    def submit_tx_batch(self, raws: Sequence[bytes]) -> M.SubmitTxBatchResponse:
+        """``POST /v1/txs/batch``: one result per tx, in order (200 unless the body is bad)."""
+        return self.run(endpoints.submit_tx_batch(raws))
+
+    def address(self, address: str) -> M.AddressResponse:
         """``GET /v1/addresses/{address}``."""
         return self.run(endpoints.address(address))
 
-    def mempool(self) -> dict[str, Any]:
+    def mempool(self) -> M.MempoolResponse:
         """``GET /v1/mempool``."""
         return self.run(endpoints.mempool())
 
-    def peers(self) -> list[dict[str, Any]]:
+    def peers(self) -> list[M.PeerInfo]:
         """``GET /v1/peers``."""
         return self.run(endpoints.peers())
 
-    def template(self, *, root: str | None = None, register: str | None = None) -> dict[str, Any]:
+    def template(
+        self, *, root: str | None = None, register: str | None = None
+    ) -> M.TemplateResponse:
         """``GET /v1/mining/template?root=`` or ``?register=`` (bearer token)."""
         query = {"root": root} if root is not None else {"register": register or ""}
         return self.run(endpoints.template(query))
 
-    def submit_block(self, raw: bytes) -> Answer:
+    def submit_block(self, raw: bytes) -> M.SubmitBlockResponse:
         """``POST /v1/mining/submit`` (bearer token): 200 accepted/duplicate or 202 orphan."""
         return self.run(endpoints.submit_block(raw))
 
-    def admin(self, action: Literal["invalidate", "reconsider"], milestone: str) -> dict[str, Any]:
+    def admin(self, action: Literal["invalidate", "reconsider"], milestone: str) -> M.AdminResponse:
         """``POST /v1/admin/{action}/{milestone}`` (bearer token)."""
         return self.run(endpoints.admin(action, milestone))

@@ -222,7 +222,7 @@ def bench_sync(net: TestNetwork, count: int, txs: int) -> dict[str, float]:
     source.wait(lambda n: n.best()[0] == best, 60, "to reach the built best milestone")
     fresh = net.add_node([source])
     started = time.monotonic()
-    fresh.wait(lambda n: n.status()["blocks"] == count + 1, 3_600, "to download every block")
+    fresh.wait(lambda n: n.status().blocks == count + 1, 3_600, "to download every block")
     sync_s = time.monotonic() - started
     total_txs = sum(len(b.txs) for b in blocks)
     return {

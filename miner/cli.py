@@ -115,11 +115,10 @@ async def _node_network(api: NodeApi) -> str:
     except ApiError as exc:
         if exc.code == "bad-json":
             raise MinerError(f"{url} did not answer JSON; is this a dagchain node?") from exc
+        if exc.code == "bad-answer":
+            raise MinerError(f"{url} is not a node's status ({exc.message})") from exc
         raise MinerError(f"{url} answered {exc.status}; is this a dagchain node?") from exc
-    network = body.get("network")
-    if not isinstance(network, str):
-        raise MinerError(f"{url} did not name its network")
-    return network
+    return body.network
 
 
 async def _mine(args: argparse.Namespace) -> int:

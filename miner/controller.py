@@ -8,6 +8,9 @@ template -> nonce search -> submit -> next template, on the miner's own peer cha
   (atomically, fsynced) before anything else happens, so a restart continues the same peer chain.
 - ``/v1/events`` (WebSocket) pushes every new milestone or reorganisation; it aborts the running
   search at once (a stale template) and the next template links the new milestone.
+- The header to hash is rebuilt from the typed template (:class:`apiclient.models.
+  TemplateResponse`, the schema the node answers with); the submission's answer is a
+  :class:`apiclient.models.SubmitBlockResponse` or the node's refusal (an ``ApiError``).
 - Every ``redeem_every`` accepted blocks, if the node reports a positive ``redeemable`` and the
   anchor names our key, tx[0] is a REDEMPTION (§9 R4) built and signed here, paying the claim to
   the payout address; its output[0] names our key again. The merkle root is recomputed.
@@ -31,6 +34,7 @@ from typing import Any
 import aiohttp
 
 from apiclient import ApiError, NodeApi, NodeUnreachable
+from apiclient.models import SubmitBlockResponse, TemplateResponse
 from dagchain.blocks import (
     NONCE_OFFSET,
     BlockHeader,
@@ -48,7 +52,7 @@ from dagchain.transactions import (
     decode_transaction,
     sign_transaction,
 )
-from dagchain.types import Address, TxId
+from dagchain.types import Address, BlockId, TxId
 from miner.pool import HashPool, default_worker_kind
 from miner.search import KERNEL, LANES
 
@@ -145,21 +149,24 @@ class MinerState:
 # --------------------------------------------------------------------------------------------------
 
 
-def tip_links_of(t: dict[str, Any]) -> list[bytes]:
+def tip_links_of(t: TemplateResponse) -> list[bytes]:
     """The template's ``tip_links`` (hex, ascending; PROTOCOL.md v2 §3.4) as bytes."""
-    return [bytes.fromhex(x) for x in t["tip_links"]]
+    return [bytes.fromhex(x) for x in t.tip_links]
 
 
-def header_from_template(t: dict[str, Any], merkle_root: bytes | None = None) -> BlockHeader:
-    """The header (nonce 0) a template describes, optionally with another merkle root."""
+def header_from_template(t: TemplateResponse, merkle_root: bytes | None = None) -> BlockHeader:
+    """The header (nonce 0) a template describes, optionally with another merkle root.
+
+    ``tips_root`` is recomputed from ``tip_links`` (the ids the block carries), not copied.
+    """
     return BlockHeader(
-        int(t["version"]),
-        bytes.fromhex(t["milestone_link"]),  # type: ignore[arg-type]
-        bytes.fromhex(t["previous_link"]),  # type: ignore[arg-type]
+        t.version,
+        BlockId(bytes.fromhex(t.milestone_link)),
+        BlockId(bytes.fromhex(t.previous_link)),
         compute_tips_root(tip_links_of(t)),
-        merkle_root if merkle_root is not None else bytes.fromhex(t["merkle_root"]),
-        int(t["timestamp_ms"]),
-        int(t["target"]),
+        merkle_root if merkle_root is not None else bytes.fromhex(t.merkle_root),
+        t.timestamp_ms,
+        t.target,
         0,
     )
 
@@ -252,7 +259,7 @@ class Miner:
 
     # ---- HTTP ----------------------------------------------------------------------------------
 
-    async def get_template(self) -> dict[str, Any]:
+    async def get_template(self) -> TemplateResponse:
         while True:
             try:
                 if self.state.root is None:
@@ -279,17 +286,15 @@ class Miner:
                 f"the node at {self.cfg.node} rejected the API token ({exc.status})"
             ) from None
 
-    async def submit(self, raw: bytes) -> tuple[int, dict[str, Any]]:
-        """(status, body): 200 accepted, 202 orphan held, or the refusal's 4xx/5xx and body."""
+    async def submit(self, raw: bytes) -> SubmitBlockResponse | ApiError:
+        """The node's answer (``accepted``/``duplicate``, or ``orphan`` held), or its refusal."""
         try:
-            answer = await self.api.submit_block(raw)
+            return await self.api.submit_block(raw)
         except NodeUnreachable:
             raise
         except ApiError as exc:
             self._check_token(exc)
-            body = exc.body if isinstance(exc.body, dict) else {"error": {"code": exc.code}}
-            return exc.status, dict(body)
-        return answer.status, dict(answer.body)
+            return exc
 
     # ---- events --------------------------------------------------------------------------------
 
@@ -321,13 +326,13 @@ class Miner:
 
     # ---- one block -----------------------------------------------------------------------------
 
-    def _prepare(self, t: dict[str, Any]) -> tuple[BlockHeader, list[Transaction], bool]:
+    def _prepare(self, t: TemplateResponse) -> tuple[BlockHeader, list[Transaction], bool]:
         """Header and txs to hash; tx[0] becomes our REDEMPTION when one is due."""
         params = self.cfg.params
-        txs = [decode_transaction(bytes.fromhex(x), params) for x in t["txs"]]
-        redeemable = int(t.get("redeemable") or 0)
-        anchor = t.get("anchor")
-        if not isinstance(anchor, str) or not self._redemption_due(t, anchor, redeemable):
+        txs = [decode_transaction(bytes.fromhex(x), params) for x in t.txs]
+        redeemable = int(t.redeemable)
+        anchor = t.anchor
+        if anchor is None or not self._redemption_due(t, anchor, redeemable):
             return header_from_template(t), txs, False
         if len(txs) >= params.block_capacity:  # the node leaves room; never push a tx out
             return header_from_template(t), txs, False
@@ -337,20 +342,20 @@ class Miner:
         txs = [red, *txs]
         return header_from_template(t, compute_merkle_root(txs)), txs, True
 
-    def _redemption_due(self, t: dict[str, Any], anchor: str, redeemable: int) -> bool:
+    def _redemption_due(self, t: TemplateResponse, anchor: str, redeemable: int) -> bool:
         """Every ``redeem_every`` blocks, if there is something to claim with our key.
 
         While our last redemption is not ordered yet, the node still reports the anchor it spent;
         a second one would fail R4(a), so wait, unless ``_REDEEM_RETRY_BLOCKS`` blocks passed (it
         ended INVALID, e.g. after a reorganisation: then sign a new one).
         """
-        if t.get("needs_registration") or redeemable <= 0:
+        if t.needs_registration or redeemable <= 0:
             return False
         if self._since_redemption < self.cfg.redeem_every:
             return False
-        if t.get("anchor_address") not in (self.key_address_text, self.key_address.hex()):
+        if t.anchor_address not in (self.key_address_text, self.key_address.hex()):
             if not self._warned_anchor:
-                log.warning("anchor key %s is not ours; not redeeming", t.get("anchor_address"))
+                log.warning("anchor key %s is not ours; not redeeming", t.anchor_address)
                 self._warned_anchor = True
             return False
         pending = anchor == self.state.last_redemption_anchor
@@ -362,7 +367,7 @@ class Miner:
         t = await self.get_template()
         header, txs, redeeming = self._prepare(t)
         prefix = header.encode()[:NONCE_OFFSET]
-        target = int(t["target_value"])
+        target = int(t.target_value)
         start = secrets.randbelow(1 << 62)
         result = await asyncio.to_thread(pool.search, prefix, target, start=start, abort=self.abort)
         self.stats.hashes += result.hashes
@@ -371,34 +376,45 @@ class Miner:
             self.stats.stale += 1
             return False
         block = make_block(dataclasses.replace(header, nonce=result.nonce), tip_links_of(t), txs)
-        status, body = await self.submit(block.raw)
-        return self._on_submitted(t, block.id.hex(), status, body, redeeming)
+        answer = await self.submit(block.raw)
+        return self._on_submitted(t, block.id.hex(), answer, redeeming)
 
     def _on_submitted(
-        self, t: dict[str, Any], block_hash: str, status: int, body: dict[str, Any], redeem: bool
+        self,
+        t: TemplateResponse,
+        block_hash: str,
+        answer: SubmitBlockResponse | ApiError,
+        redeem: bool,
     ) -> bool:
-        if status == 200:
-            if t.get("needs_registration"):
-                self.state.root = body.get("hash", block_hash)
-                log.info("registered peer chain %s", self.state.root)
-            self.state.last_block = body.get("hash", block_hash)
-            self.state.blocks += 1
-            if redeem:
-                self.state.last_redemption_anchor = t.get("anchor")
-                self.stats.redemptions += 1
-                self._since_redemption = 0
-            else:
-                self._since_redemption += 1
-            self.state.save(self.cfg.datadir)
-            self.stats.blocks += 1
-            self.stats.milestones += bool(body.get("is_milestone"))
-            return True
-        if status == 202:
+        if isinstance(answer, ApiError):
+            self.stats.rejected += 1
+            log.warning(
+                "block %s not accepted (%s %s): %s",
+                block_hash,
+                answer.status,
+                answer.code,
+                answer.message,
+            )
+            return False
+        if answer.status == "orphan":
             log.info("block %s held as an orphan by the node", block_hash)
             return True
-        self.stats.rejected += 1
-        log.warning("block %s not accepted (%s): %s", block_hash, status, body)
-        return False
+        # accepted or duplicate (200): our peer chain has this block
+        if t.needs_registration:
+            self.state.root = answer.hash
+            log.info("registered peer chain %s", self.state.root)
+        self.state.last_block = answer.hash
+        self.state.blocks += 1
+        if redeem:
+            self.state.last_redemption_anchor = t.anchor
+            self.stats.redemptions += 1
+            self._since_redemption = 0
+        else:
+            self._since_redemption += 1
+        self.state.save(self.cfg.datadir)
+        self.stats.blocks += 1
+        self.stats.milestones += answer.is_milestone
+        return True
 
     # ---- main loop -----------------------------------------------------------------------------
 

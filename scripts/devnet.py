@@ -203,10 +203,10 @@ class FaucetLoad:
         except ApiError:
             return []
         out = []
-        for u in body.get("utxos", []):
-            key = (str(u["txid"]), int(u["index"]))
-            if key not in self.used and int(u["confirmations"]) >= 1:
-                out.append((key[0], key[1], int(u["amount"])))
+        for u in body.utxos:
+            key = (u.txid, u.index)
+            if key not in self.used and u.confirmations >= 1:
+                out.append((u.txid, u.index, int(u.amount)))
         return out
 
     def send_one(self, txid: str, index: int, amount: int) -> bool:
@@ -369,10 +369,10 @@ class RepeatCounter:
             limit = min(100, best - start + 1)
             view = api.dag(start, limit)
             found: dict[int, list[str]] = {h: [] for h in range(start, start + limit)}
-            for block in view.get("blocks", []):
-                height = block.get("level_set_height")
-                if height in found and int(block.get("txs", 0)) > 0:
-                    found[height].append(str(block["hash"]))
+            for block in view.blocks:
+                height = block.level_set_height
+                if height is not None and height in found and block.txs > 0:
+                    found[height].append(block.hash)
             self.level_sets.update(found)
             self.next_height = start + limit
             start += limit
@@ -492,7 +492,7 @@ class Devnet:
             counts = []
             for node in self.nodes:
                 with contextlib.suppress(ApiError, ValueError, KeyError, TypeError):
-                    counts.append(int(SyncNodeApi(node.url).status(timeout_s=1.0)["peers"]))
+                    counts.append(SyncNodeApi(node.url).status(timeout_s=1.0).peers)
             if len(counts) == len(want) and all(c >= w for c, w in zip(counts, want, strict=True)):
                 return
             self.stop.wait(0.2)
@@ -580,10 +580,10 @@ class Devnet:
             try:
                 api = SyncNodeApi(node.url, timeout_s=1.0)
                 s = api.status()
-                sample.height = int(s["best_milestone"]["height"])
-                sample.blocks = int(s["blocks"])
-                sample.peers = int(s["peers"])
-                sample.mempool = int(s["mempool"]["size"])
+                sample.height = s.best_milestone.height
+                sample.blocks = s.blocks
+                sample.peers = s.peers
+                sample.mempool = s.mempool.size
                 confirmed = _metric(api.text("/metrics"), "dagchain_txs_confirmed_total")
             except (ApiError, ValueError, KeyError, TypeError):
                 continue

@@ -8,6 +8,8 @@ from types import ModuleType
 
 import pytest
 
+from apiclient.models import DagBlock, DagResponse
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "devnet.py"
 
 
@@ -53,22 +55,41 @@ def test_duplicate_rate_counts_every_inclusion_after_a_txs_first() -> None:
     assert devnet.repeat_share([("a", "b"), ("a",), ("b", "a"), ()]) == (3, 5)
 
 
+def _h(height: int) -> str:
+    """The hash of the one block of level set ``height`` in :class:`_FakeDag`."""
+    return f"{height:064x}"
+
+
 class _FakeDag:
-    """``/v1/dag`` of a node whose level set h holds one block "h<h>" carrying one tx."""
+    """``/v1/dag`` of a node whose level set h holds one block ``_h(h)`` carrying one tx."""
 
     def __init__(self, best: int, carried: dict[str, tuple[str, ...]]) -> None:
         self.best = best
         self.carried = carried
         self.calls: list[tuple[int, int]] = []
 
-    def dag(self, start: int, limit: int) -> dict[str, object]:
+    def dag(self, start: int, limit: int) -> DagResponse:
         self.calls.append((start, limit))
         heights = range(start, min(self.best, start + limit - 1) + 1)
-        blocks = [
-            {"hash": f"h{h}", "level_set_height": h, "txs": len(self.carried.get(f"h{h}", ()))}
-            for h in heights
-        ]
-        return {"best_height": self.best, "blocks": [*blocks, {"hash": "p", "txs": 1}]}
+        blocks = [_block(_h(h), h, len(self.carried.get(_h(h), ()))) for h in heights]
+        pending = _block("ff" * 32, None, 1)
+        return DagResponse(best_height=self.best, blocks=[*blocks, pending])
+
+
+def _block(block_hash: str, height: int | None, txs: int) -> DagBlock:
+    zero = "00" * 32
+    return DagBlock(
+        hash=block_hash,
+        milestone_link=zero,
+        previous_link=zero,
+        tip_links=[zero],
+        root=zero,
+        peer_height=1,
+        is_milestone=False,
+        level_set_height=height,
+        timestamp_ms=0,
+        txs=txs,
+    )
 
 
 def test_repeat_counter_reads_new_level_sets_rereads_the_newest_and_keeps_a_window(
@@ -79,9 +100,7 @@ def test_repeat_counter_reads_new_level_sets_rereads_the_newest_and_keeps_a_wind
     level sets."""
     devnet = _devnet()
     monkeypatch.setattr(devnet, "REPEAT_WINDOW", 30)
-    carried: dict[str, tuple[str, ...]] = {
-        f"h{h}": (f"tx{h // 2}",) for h in range(1, 301) if h % 3
-    }
+    carried: dict[str, tuple[str, ...]] = {_h(h): (f"tx{h // 2}",) for h in range(1, 301) if h % 3}
     fake = _FakeDag(20, carried)
     fetched: list[str] = []
 
@@ -94,14 +113,14 @@ def test_repeat_counter_reads_new_level_sets_rereads_the_newest_and_keeps_a_wind
     counter = devnet.RepeatCounter("http://node0")
     counter.update(20)
     assert fake.calls == [(1, 20)]
-    blocks = [f"h{h}" for h in range(1, 21) if h % 3]
+    blocks = [_h(h) for h in range(1, 21) if h % 3]
     assert sorted(fetched) == sorted(blocks)
     assert counter.share() == devnet.repeat_share(carried[b] for b in blocks)
     fake.best = 140
     counter.update(140)
     assert fake.calls[1:] == [(111, 30)]  # the window's floor, past the reread
     assert set(counter.level_sets) == set(range(111, 141))
-    kept = [f"h{h}" for h in range(111, 141) if h % 3]
+    kept = [_h(h) for h in range(111, 141) if h % 3]
     assert set(counter.transfers) == set(kept)
     assert counter.share() == devnet.repeat_share(carried[b] for b in kept)
     fake.best = 145

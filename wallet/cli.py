@@ -387,9 +387,9 @@ async def settle_payment(
         txid = tx.txid.hex()
         try:
             answer = await client.tx(txid)
-            state, reason = answer["status"], answer.get("reason")
+            state, reason = answer.status, answer.reason
             if state == "confirmed":
-                say(f"tx {txid} confirmed at milestone height {answer['milestone_height']}")
+                say(f"tx {txid} confirmed at milestone height {answer.milestone_height}")
                 return tx
             lost = state == "invalid"
             if state == "unknown":
@@ -401,7 +401,7 @@ async def settle_payment(
                 except ApiError as exc:
                     if exc.status != 409:
                         raise WalletError(_refusal(exc.status, exc.code, exc.message)) from None
-                    if (await client.tx(txid))["status"] == "confirmed":
+                    if (await client.tx(txid)).status == "confirmed":
                         continue  # it confirmed between the two calls
                     lost, reason = True, f"409 {exc.code}"
             if lost:

@@ -148,10 +148,9 @@ async def node_network(api: NodeApi) -> ConsensusParams:
         status = await api.status()
     except ApiError as exc:
         raise api_error(exc) from None
-    name = status.get("network")
-    if name not in NETWORKS:
-        raise WalletError(f"node at {api.url} reports an unknown network {name!r}")
-    return NETWORKS[str(name)]
+    if status.network not in NETWORKS:
+        raise WalletError(f"node at {api.url} reports an unknown network {status.network!r}")
+    return NETWORKS[status.network]
 
 
 async def fetch_utxos(api: NodeApi, hrp_address: str) -> tuple[int, int, list[Utxo]]:
@@ -165,12 +164,7 @@ async def fetch_utxos(api: NodeApi, hrp_address: str) -> tuple[int, int, list[Ut
     except ApiError as exc:
         raise api_error(exc) from None
     utxos = [
-        Utxo(
-            TxId(bytes.fromhex(u["txid"])),
-            int(u["index"]),
-            int(u["amount"]),
-            int(u["confirmations"]),
-        )
-        for u in body["utxos"]
+        Utxo(TxId(bytes.fromhex(u.txid)), u.index, int(u.amount), u.confirmations)
+        for u in body.utxos
     ]
-    return int(body["balance"]), int(body["pending_balance"]), utxos
+    return int(body.balance), int(body.pending_balance), utxos

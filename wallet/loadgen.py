@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiclient import ApiError, NodeApi
+from apiclient.models import BlockResponse
 from dagchain.crypto import encode_address
 from dagchain.params import ConsensusParams
 from dagchain.types import Address, TxId
@@ -190,7 +191,7 @@ class ConfirmationTracker:
     async def poll(self) -> None:
         """Catch up with the node's best milestone (one status call when idle)."""
         status = await self.client.status()
-        best = int(status["best_milestone"]["height"])
+        best = status.best_milestone.height
         await self._unwind(best)
         for height in range(self._height + 1, best + 1):
             await self._process(height)
@@ -212,21 +213,21 @@ class ConfirmationTracker:
 
     async def _milestone_at(self, height: int) -> str:
         rows = await self.client.milestones(height, 1)
-        return str(rows[0]["hash"]) if rows else ""
+        return rows[0].hash if rows else ""
 
     async def _process(self, height: int) -> None:
         ids = await self.client.level_set(height)
         gate = asyncio.Semaphore(BLOCK_FETCHES)
 
-        async def fetch(block_hash: str) -> Any:
+        async def fetch(block_hash: str) -> BlockResponse:
             async with gate:
                 return await self.client.block(block_hash)
 
-        blocks = await asyncio.gather(*(fetch(str(h)) for h in ids))
+        blocks = await asyncio.gather(*(fetch(h) for h in ids))
         now = self.clock()
         record: list[tuple[TxId, bool]] = []
         for block in blocks:
-            for txid_hex, label in zip(block["txids"], block["tx_status"], strict=True):
+            for txid_hex, label in zip(block.txids, block.tx_status, strict=True):
                 txid = TxId(bytes.fromhex(txid_hex))
                 sent = self.watched.get(txid)
                 if sent is None:
@@ -437,14 +438,14 @@ class _Run:
         async def one(sent: SentTx) -> None:
             async with gate:
                 answer = await self.client.tx(sent.txid.hex())
-                state = answer["status"]
+                state = answer.status
                 if state == "unknown":
                     try:
                         await self.client.submit_tx(sent.raw)
                     except ApiError as exc:
                         if exc.status == 0:
                             raise
-                        if (await self.client.tx(sent.txid.hex()))["status"] == "confirmed":
+                        if (await self.client.tx(sent.txid.hex())).status == "confirmed":
                             sent.checked_at = time.monotonic()
                             return  # confirmed between the two calls
                         abandoned.append(sent)
@@ -762,9 +763,7 @@ async def run_load(
         status = await client.status()
     except ApiError as exc:
         raise api_error(exc) from None
-    run.tracker = ConfirmationTracker(
-        client, int(status["best_milestone"]["height"]), time.monotonic
-    )
+    run.tracker = ConfirmationTracker(client, status.best_milestone.height, time.monotonic)
     run.tracker.on_confirm = run.on_confirm
     poller = asyncio.create_task(run.poll_forever())
     try:

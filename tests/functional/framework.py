@@ -5,7 +5,9 @@
   failing test the fixture prints each node's log.
 - :class:`NodeProcess` is one daemon plus its API client, ``node.api``: an
   :class:`apiclient.SyncNodeApi` (bearer token read from ``<datadir>/api.token``, re-read after
-  a restart), so tests call the node through the same typed client as the wallet and the miner.
+  a restart), so tests call the node through the same typed client as the wallet and the miner:
+  every answer is its pydantic model of :mod:`apiclient.models` (``request`` is the untyped
+  escape hatch, for tests of the JSON itself).
 - :class:`BlockFactory` builds real-PoW devnet blocks against its own local ``Chain`` replica
   (devnet: nearly every hash is a block), so tests submit valid blocks without a miner.
 - :class:`FakePeer` speaks the wire protocol from a background thread, for hostile-peer tests.
@@ -16,7 +18,6 @@ import asyncio
 import contextlib
 import functools
 import hashlib
-import json
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ from typing import Any
 import aiohttp
 
 from apiclient import ApiError, NodeUnreachable, SyncNodeApi, endpoints
+from apiclient.models import PeerInfo, StatusResponse, SubmitBlockResponse
 from dagchain.blocks import Block
 from dagchain.chain import BlockStatus, Chain
 from dagchain.genesis import FAUCET_ADDRESS
@@ -236,14 +238,14 @@ class NodeProcess:
         """One JSON API call; raises ApiError on a non-2xx status (NodeUnreachable: no answer)."""
         return self.api.run(endpoints.raw(method, path, body, auth), timeout)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusResponse:
         """GET /v1/status."""
         return self.api.status(timeout_s=3.0)
 
     def best(self) -> tuple[str, int]:
         """(best milestone hash, height)."""
-        best = self.status()["best_milestone"]
-        return str(best["hash"]), int(best["height"])
+        best = self.status().best_milestone
+        return best.hash, best.height
 
     def has_block(self, block_id: bytes) -> bool:
         """True if GET /v1/blocks/{hash} finds it."""
@@ -255,16 +257,15 @@ class NodeProcess:
             raise
         return True
 
-    def submit_block(self, block: Block) -> dict[str, Any]:
-        """POST /v1/mining/submit: the answer's body (200 accepted/duplicate, 202 orphan)."""
-        body: dict[str, Any] = self.api.submit_block(block.raw).body
-        return body
+    def submit_block(self, block: Block) -> SubmitBlockResponse:
+        """POST /v1/mining/submit: ``status`` accepted or duplicate (200), orphan (202)."""
+        return self.api.submit_block(block.raw)
 
     def peer_count(self) -> int:
         """Connected peers."""
         return len(self.api.peers())
 
-    def peer_rows(self) -> list[dict[str, Any]]:
+    def peer_rows(self) -> list[PeerInfo]:
         """GET /v1/peers: one row per connected peer."""
         return self.api.peers()
 
@@ -282,18 +283,15 @@ class NodeProcess:
 
     def level_set(self, height: int) -> list[str]:
         """Block hashes of a best-chain level set in total order."""
-        result = self.request("GET", f"/v1/milestones/{height}/level-set")
-        rows = result["blocks"] if isinstance(result, dict) else result
-        return [str(h) for h in rows]
+        return self.api.level_set(height)
 
     def milestones(self) -> list[str]:
         """Every best-chain milestone hash from genesis."""
         out: list[str] = []
         start = 0
         while True:
-            page = self.request("GET", f"/v1/milestones?start={start}&limit=1000")
-            rows = page["milestones"] if isinstance(page, dict) else page
-            out += [str(r["hash"]) for r in rows]
+            rows = self.api.milestones(start, 1000)
+            out += [r.hash for r in rows]
             if len(rows) < 1000:
                 return out
             start += len(rows)
@@ -304,8 +302,8 @@ class NodeProcess:
         for height, ms in enumerate(self.milestones()):
             h.update(ms.encode())
             h.update(",".join(self.level_set(height)).encode())
-        addr = self.request("GET", f"/v1/addresses/{FAUCET_ADDRESS.hex()}")
-        h.update(json.dumps(addr, sort_keys=True).encode())
+        addr = self.api.address(FAUCET_ADDRESS.hex())
+        h.update(addr.model_dump_json().encode())
         return h.hexdigest()
 
 

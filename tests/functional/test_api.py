@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from apiclient.models import MempoolSummary, SubmitBlockResponse
 from dagchain.blocks import Block, BlockHeader, compute_tips_root, make_block
 from dagchain.crypto import encode_address
 from dagchain.genesis import FAUCET_ADDRESS
@@ -96,12 +97,12 @@ def solve(template: dict[str, Any], want_milestone: bool | None = None) -> Block
     return make_block(header, tips, txs)
 
 
-def mine(node: NodeProcess, query: str, want_milestone: bool | None = None) -> dict[str, Any]:
+def mine(node: NodeProcess, query: str, want_milestone: bool | None = None) -> SubmitBlockResponse:
     template = node.request("GET", f"/v1/mining/template?{query}", auth=True)
     block = solve(template, want_milestone)
-    result: dict[str, Any] = node.submit_block(block)
-    assert result["status"] == "accepted", result
-    assert result["hash"] == block.id.hex()
+    result = node.submit_block(block)
+    assert result.status == "accepted", result
+    assert result.hash == block.id.hex()
     return result
 
 
@@ -110,7 +111,7 @@ MAX_BLOCKS_TO_ASSIGNMENT = 200
 chance that 200 in a row are not assigned is (15/16)^200, about 2.5e-6)."""
 
 
-def mine_until_carried(node: NodeProcess, root: str, txid: str) -> dict[str, Any]:
+def mine_until_carried(node: NodeProcess, root: str, txid: str) -> SubmitBlockResponse:
     """Extend the peer chain with empty non-milestone blocks until its template carries ``txid``
     (S5 assigns it to a previous link: PROTOCOL.md v2.1 §8.1, devnet c = 1/16), then mine that
     block as a milestone; at most ``MAX_BLOCKS_TO_ASSIGNMENT`` blocks."""
@@ -118,8 +119,8 @@ def mine_until_carried(node: NodeProcess, root: str, txid: str) -> dict[str, Any
         template = node.request("GET", f"/v1/mining/template?root={root}", auth=True)
         carries = [decode_transaction(bytes.fromhex(t), DEVNET).txid.hex() for t in template["txs"]]
         block = solve(template, want_milestone=txid in carries)
-        result: dict[str, Any] = node.submit_block(block)
-        assert result["status"] == "accepted", result
+        result = node.submit_block(block)
+        assert result.status == "accepted", result
         if txid in carries:
             return result
         assert template["txs"] == [], "the template carries nothing else"
@@ -130,17 +131,17 @@ def test_api_end_to_end(node: NodeProcess) -> None:
     addr = encode_address(DEVNET.hrp, MINER_KEY)
     log.info("status of a fresh devnet node")
     status = node.status()
-    assert status["network"] == "devnet"
-    assert status["best_milestone"]["hash"] == GENESIS
-    assert status["best_milestone"]["chainwork"] == "0"
-    assert status["blocks"] == 1
-    assert status["mempool"] == {"size": 0, "bytes": 0}
-    assert isinstance(status["targets"]["block"], int)
+    assert status.network == "devnet"
+    assert status.best_milestone.hash == GENESIS
+    assert status.best_milestone.chainwork == "0"
+    assert status.blocks == 1
+    assert status.mempool == MempoolSummary(size=0, bytes=0)
+    assert isinstance(status.targets.block, int)
 
     log.info("register a peer chain through the template API, then extend it")
     first = mine(node, f"register={addr}", want_milestone=True)
-    root = first["hash"]
-    assert first["is_milestone"] is True
+    root = first.hash
+    assert first.is_milestone is True
     for _ in range(DEVNET.sortition_warmup - 1):
         mine(node, f"root={root}", want_milestone=False)
     template = node.request("GET", f"/v1/mining/template?root={root}", auth=True)
@@ -160,7 +161,7 @@ def test_api_end_to_end(node: NodeProcess) -> None:
     rival = transfer([(bytes.fromhex(GENESIS), 0)], [(FAUCET_COINS - 9, BOB)], DEVNET)
     assert error_of(lambda: node.request("POST", "/v1/txs", {"raw": rival.raw.hex()}))[0] == 409
     carrier = mine_until_carried(node, root, pay.txid.hex())
-    block = node.request("GET", f"/v1/blocks/{carrier['hash']}")
+    block = node.request("GET", f"/v1/blocks/{carrier.hash}")
     assert block["txids"] == [pay.txid.hex()]
     assert block["tx_status"] == ["valid"]
     assert block["is_milestone"] is True
@@ -168,12 +169,12 @@ def test_api_end_to_end(node: NodeProcess) -> None:
     assert height == node.best()[1]
     tx = node.request("GET", f"/v1/txs/{pay.txid.hex()}")
     assert tx["status"] == "confirmed"
-    assert tx["block"] == carrier["hash"]
+    assert tx["block"] == carrier.hash
     assert tx["milestone_height"] == height
     assert tx["confirmations"] == 1
     again = node.request("GET", f"/v1/mining/template?root={root}", auth=True)
     assert int(again["redeemable"]) > 0
-    assert again["previous_link"] == carrier["hash"]
+    assert again["previous_link"] == carrier.hash
 
     log.info("addresses, milestones and level sets")
     bob = node.request("GET", f"/v1/addresses/{encode_address(DEVNET.hrp, BOB)}")
@@ -186,10 +187,10 @@ def test_api_end_to_end(node: NodeProcess) -> None:
     milestones = node.request("GET", "/v1/milestones?start=0&limit=1000")
     assert milestones[0]["hash"] == GENESIS
     assert [m["height"] for m in milestones] == list(range(height + 1))
-    assert milestones[-1]["hash"] == carrier["hash"]
+    assert milestones[-1]["hash"] == carrier.hash
     level_set = node.request("GET", f"/v1/milestones/{height}/level-set")
-    assert level_set[-1] == carrier["hash"]
-    raw = raw_request(node, "GET", f"/v1/blocks/{carrier['hash']}/raw", b"", {})
+    assert level_set[-1] == carrier.hash
+    raw = raw_request(node, "GET", f"/v1/blocks/{carrier.hash}/raw", b"", {})
     assert raw[0] == 200
     assert len(raw[1]) == block["size"]
 
@@ -201,11 +202,11 @@ def test_api_end_to_end(node: NodeProcess) -> None:
 
     log.info("admin: invalidate the tip milestone and reconsider it")
     best = node.best()
-    done = node.request("POST", f"/v1/admin/invalidate/{carrier['hash']}", auth=True)
+    done = node.request("POST", f"/v1/admin/invalidate/{carrier.hash}", auth=True)
     assert done["changed"] is True
     assert done["height"] == best[1] - 1
     assert node.request("GET", f"/v1/txs/{pay.txid.hex()}")["status"] in ("mempool", "pending")
-    back = node.request("POST", f"/v1/admin/reconsider/{carrier['hash']}", auth=True)
+    back = node.request("POST", f"/v1/admin/reconsider/{carrier.hash}", auth=True)
     assert (back["best_milestone"], back["height"]) == best
     assert node.request("GET", f"/v1/txs/{pay.txid.hex()}")["status"] == "confirmed"
 
@@ -337,9 +338,9 @@ def test_api_errors_are_json_with_the_right_status(node: NodeProcess) -> None:
     assert error_of(
         lambda: auth("POST", "/v1/mining/submit", {"raw": bumped.raw.hex()}, auth=True)
     ) == (400, "H2")
-    assert node.submit_block(block)["status"] == "accepted"
-    assert node.submit_block(block)["status"] == "duplicate"
-    assert node.status()["best_milestone"]["hash"] is not None
+    assert node.submit_block(block).status == "accepted"
+    assert node.submit_block(block).status == "duplicate"
+    assert node.status().best_milestone.hash is not None
 
 
 async def _collect_events(node: NodeProcess, want: int) -> list[dict[str, Any]]:
@@ -376,7 +377,7 @@ def test_sigterm_exits_0_quickly_and_the_datadir_reopens(node: NodeProcess) -> N
         "GET", f"/v1/mining/template?register={FAUCET_ADDRESS.hex()}", auth=True
     )
     block = solve(template, want_milestone=True)
-    assert node.submit_block(block)["status"] == "accepted"
+    assert node.submit_block(block).status == "accepted"
     best = node.best()
 
     log.info("a second node on the same datadir exits 2 with one line")

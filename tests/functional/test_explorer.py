@@ -110,7 +110,7 @@ def _is_milestone(factory: BlockFactory, block_id: bytes) -> bool:
 
 def _submit_all(node: NodeProcess, blocks: list[Any]) -> None:
     for block in blocks:
-        assert node.submit_block(block)["status"] in ("accepted", "duplicate")
+        assert node.submit_block(block).status in ("accepted", "duplicate")
 
 
 def test_explorer_shows_the_live_dag_and_looks_up_blocks_and_transactions(

@@ -175,7 +175,7 @@ def test_restarted_miner_continues_its_own_peer_chain(network: TestNetwork, mine
     assert len(chain) >= before["blocks"] + 6
     log.info("One peer chain of %d blocks, no second registration", len(chain))
     status = node.status()
-    assert status["blocks"] >= len(chain)
+    assert status.blocks >= len(chain)
 
 
 def test_sigterm_and_sigint_stop_the_miner_cleanly_with_exit_0(
@@ -277,7 +277,7 @@ async def _stale_work(node: NodeProcess, root: str) -> list[float]:
         t0 = time.monotonic()
         answer = await asyncio.to_thread(node.submit_block, block)
         accepted_ms = int(time.time() * 1000)
-        assert answer["is_milestone"]
+        assert answer.is_milestone
         best_hash, _ = await asyncio.to_thread(node.best)
         if best_hash != block.id.hex():  # the miner's own milestone at that height came first
             log.info("attempt %d: our milestone lost the first-seen tie; again", attempt)

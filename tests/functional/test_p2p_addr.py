@@ -25,7 +25,7 @@ NO_DIAL_WINDOW_S = 3.0
 
 def outbound(node: NodeProcess) -> set[str]:
     """Addresses ``node`` dialed and is connected to."""
-    return {r["address"] for r in node.peer_rows() if r["direction"] == "outbound"}
+    return {r.address for r in node.peer_rows() if r.direction == "outbound"}
 
 
 def addr_rows(peer: FakePeer) -> set[tuple[str, int]]:

@@ -21,11 +21,11 @@ def test_sigkill_while_syncing_and_while_receiving_blocks(network: TestNetwork) 
 
     log.info("A fresh node is killed with SIGKILL in the middle of its initial sync")
     c = network.add_node([a])
-    c.wait(lambda n: n.status()["blocks"] > 100, 30, "to be syncing")
+    c.wait(lambda n: n.status().blocks > 100, 30, "to be syncing")
     c.kill()
     c.start()
     network.wait_same_best([c], factory.chain.best_id.hex(), timeout=60)
-    c.wait(lambda n: n.status()["blocks"] == len(factory.blocks) + 1, 30, "to hold every block")
+    c.wait(lambda n: n.status().blocks == len(factory.blocks) + 1, 30, "to hold every block")
 
     log.info("node1 is killed while blocks are relayed to it and while it acknowledges submits")
     acked = []
@@ -34,7 +34,7 @@ def test_sigkill_while_syncing_and_while_receiving_blocks(network: TestNetwork) 
         # Even blocks go to node1, so the first one (whose parents node1 already holds) is acked
         # whatever the relay's timing: on a loaded machine every later one may arrive as an orphan.
         if i % 2 == 0:
-            if b.submit_block(block)["status"] == "accepted":  # 202 orphans are not acks
+            if b.submit_block(block).status == "accepted":  # 202 orphans are not acks
                 acked.append(block.id)
         else:
             a.submit_block(block)
@@ -55,4 +55,4 @@ def test_sigkill_while_syncing_and_while_receiving_blocks(network: TestNetwork) 
         a.submit_block(block)
     network.wait_same_best([a, b, c], factory.chain.best_id.hex(), timeout=60)
     for node in (a, b, c):
-        node.wait(lambda n: n.status()["blocks"] == len(factory.blocks) + 1, 30, "to hold all")
+        node.wait(lambda n: n.status().blocks == len(factory.blocks) + 1, 30, "to hold all")

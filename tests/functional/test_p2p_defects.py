@@ -136,7 +136,7 @@ def test_a_peer_claiming_2_200_work_without_headers_gets_at_most_2_getmilestones
         miner = Miner(node, tmp_path / "miner" / "data", rate=4)
         try:
             log.info("Initial sync must end although the peer still claims 2^200")
-            node.wait(lambda n: n.status()["synced"], 10, "to end initial sync")
+            node.wait(lambda n: n.status().synced, 10, "to end initial sync")
             height = node.best()[1]
             log.info("The node keeps mining")
             node.wait(lambda n: n.best()[1] >= height + 3, 30, "to mine 3 more milestones")
@@ -157,7 +157,7 @@ def test_a_peer_claiming_2_200_work_without_headers_gets_at_most_2_getmilestones
         assert hostile.count(wire.GetPending) <= 2
         assert not hostile.closed.is_set(), "no score: the claim alone is not misbehaviour"
         (row,) = node.peer_rows()
-        assert row["score"] == 0
+        assert row.score == 0
     finally:
         hostile.stop()
 
@@ -188,7 +188,7 @@ def test_a_frame_of_exactly_4_mib_is_accepted_and_one_byte_more_closes_1009(
             peer.send_raw(padded_frame(wire.MAX_FRAME))
             peer.barrier(20)
             assert not peer.is_closed()
-            scores = {r["node_id"]: r["score"] for r in node.peer_rows()}
+            scores = {r.node_id: r.score for r in node.peer_rows()}
             assert scores[peer.node_id.hex()] == 0
             peer.send_raw(padded_frame(wire.MAX_FRAME + 1))
             assert peer.closed.wait(20), "the node kept the connection"
@@ -242,7 +242,7 @@ def test_peers_best_milestone_height_follows_what_the_peer_relays_and_is_sent(
     network.wait_same_best(nodes, factory.chain.best_id.hex(), timeout=30)
     for node in nodes:
         node.wait(
-            lambda n: all(r["best_milestone_height"] == height for r in n.peer_rows()),
+            lambda n: all(r.best_milestone_height == height for r in n.peer_rows()),
             15,
             f"to show every peer at height {height}",
         )

@@ -102,5 +102,5 @@ def test_hostile_peers_are_banned_while_honest_sync_goes_on(network: TestNetwork
     for block in factory.mine(20):
         honest.submit_block(block)
     network.wait_same_best([target], factory.chain.best_id.hex(), timeout=30)
-    target.wait(lambda n: n.status()["blocks"] == len(factory.blocks) + 1, 30, "to hold all")
+    target.wait(lambda n: n.status().blocks == len(factory.blocks) + 1, 30, "to hold all")
     assert target.peer_count() == 1

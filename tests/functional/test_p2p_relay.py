@@ -28,7 +28,7 @@ def test_blocks_submitted_to_one_node_reach_all_and_agree_on_level_sets(
     best = factory.chain.best_id.hex()
     network.wait_same_best([a, b, c], best, timeout=30)
     for node in (b, c):
-        node.wait(lambda n: n.status()["blocks"] == len(blocks) + 1, 30, "to hold every block")
+        node.wait(lambda n: n.status().blocks == len(blocks) + 1, 30, "to hold every block")
     log.info("Every level set agrees, block for block, in total order")
     height = factory.chain.best_height
     for h in range(height + 1):

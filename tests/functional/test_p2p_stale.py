@@ -56,8 +56,8 @@ def test_a_stale_relayed_block_is_dropped_unpenalised_and_still_accepted_when_ne
         peer.barrier()
         assert not node.has_block(stale.id), "the stale relayed block was stored"
         assert p14_drops(node) == 1
-        (row,) = [r for r in node.peer_rows() if r["node_id"] == peer.node_id.hex()]
-        assert row["score"] == 0, "a P14 drop was penalised"
+        (row,) = [r for r in node.peer_rows() if r.node_id == peer.node_id.hex()]
+        assert row.score == 0, "a P14 drop was penalised"
 
         log.info("Its child (recent enough) is an orphan: the node fetches the stale parent")
         factory.add(stale)
@@ -74,8 +74,8 @@ def test_a_stale_relayed_block_is_dropped_unpenalised_and_still_accepted_when_ne
         peer.barrier()
         node.wait(lambda n: n.has_block(stale.id) and n.has_block(child.id), 10, "to accept both")
         assert p14_drops(node) == 1
-        (row,) = [r for r in node.peer_rows() if r["node_id"] == peer.node_id.hex()]
-        assert row["score"] == 0
+        (row,) = [r for r in node.peer_rows() if r.node_id == peer.node_id.hex()]
+        assert row.score == 0
         assert not peer.is_closed()
     finally:
         peer.close()
@@ -85,7 +85,7 @@ def test_a_stale_relayed_block_is_dropped_unpenalised_and_still_accepted_when_ne
     node.submit_block(pending_stale)
     fresh = network.add_node([node])
     network.wait_same_best([fresh], best, timeout=15)
-    want = node.status()["blocks"]
-    fresh.wait(lambda n: n.status()["blocks"] == want, 10, f"to hold all {want} blocks")
+    want = node.status().blocks
+    fresh.wait(lambda n: n.status().blocks == want, 10, f"to hold all {want} blocks")
     assert fresh.has_block(pending_stale.id), "P14 dropped a block fetched in sync"
     assert p14_drops(fresh) == 0

@@ -222,13 +222,13 @@ def test_send_wait_resubmits_a_payment_the_restarted_node_forgot(
             start_new_session=True,
         )
     try:
-        wait_until(lambda: node.api.mempool()["size"] == 1, 30, "the payment in the pool")
-        (txid,) = node.api.mempool()["txids"]
+        wait_until(lambda: node.api.mempool().size == 1, 30, "the payment in the pool")
+        (txid,) = node.api.mempool().txids
 
         log.info("Restart the node: it forgets the payment; then a miner starts")
         assert node.stop() == 0
         node.start()
-        assert node.api.tx(txid)["status"] in ("unknown", "mempool")
+        assert node.api.tx(txid).status in ("unknown", "mempool")
         miners.append(Miner(node, tmp_path / "miner" / "data", rate=8))
         assert send.wait(120) == 0, err.read_text()
     finally:
@@ -238,7 +238,7 @@ def test_send_wait_resubmits_a_payment_the_restarted_node_forgot(
     stderr = err.read_text()
     assert out.read_text().strip() == txid, stderr
     assert "unknown to the node (dropped from its pool): resubmitted" in stderr
-    assert node.api.tx(txid)["status"] == "confirmed"
+    assert node.api.tx(txid).status == "confirmed"
     assert ledger(node, to)["balance"] == "123456"
 
 

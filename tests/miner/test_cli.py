@@ -1,6 +1,7 @@
 """``dagchain-miner`` user errors: one line on stderr, exit 2, no traceback (INTERFACES.md)."""
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -10,11 +11,25 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from apiclient.models import BestMilestone, MempoolSummary, StatusResponse, Targets
 from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
 from miner.cli import main
 
 MINER = [sys.executable, "-m", "miner.cli"]
 PAYOUT = encode_address("ddag", address_from_pubkey(xonly_pubkey((7).to_bytes(32, "big"))))
+STATUS = StatusResponse(
+    network="devnet",
+    version="0",
+    node_id="00" * 32,
+    best_milestone=BestMilestone(hash="00" * 32, height=0, chainwork="1", timestamp_ms=0),
+    blocks=1,
+    pending_blocks=0,
+    mempool=MempoolSummary(size=0, bytes=0),
+    peers=0,
+    synced=True,
+    targets=Targets(block=0x2100FFFF, milestone=0x2100FFFF),
+    p2p=False,
+)
 
 
 def _free_port() -> int:
@@ -27,7 +42,7 @@ def _fake_node() -> web.Application:
     """A devnet status endpoint, and a template endpoint that refuses every token."""
 
     async def status(request: web.Request) -> web.Response:
-        return web.json_response({"network": "devnet"})
+        return web.json_response(json.loads(STATUS.model_dump_json()))
 
     async def template(request: web.Request) -> web.Response:
         error = {"code": "unauthorized", "message": "bad bearer token"}
@@ -59,6 +74,20 @@ async def test_unreachable_node_is_one_line_exit_2(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_free_port()}"
     result = await _run_miner("--node", url, "--address", PAYOUT, "--datadir", str(tmp_path))
     _one_line_error(result, "cannot reach the node")
+
+
+async def test_a_status_that_is_not_a_nodes_is_one_line_exit_2(tmp_path: Path) -> None:
+    """The status answer is parsed into its model: one without ``best_milestone`` is refused."""
+
+    async def status(request: web.Request) -> web.Response:
+        return web.json_response({"network": "devnet"})
+
+    app = web.Application()
+    app.router.add_get("/v1/status", status)
+    async with TestServer(app) as server:
+        url = str(server.make_url(""))
+        result = await _run_miner("--node", url, "--address", PAYOUT, "--datadir", str(tmp_path))
+    _one_line_error(result, "is not a node's status")
 
 
 async def test_bad_address_is_one_line_exit_2(tmp_path: Path) -> None:

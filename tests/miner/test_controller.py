@@ -1,16 +1,16 @@
 """The controller's redemption at tx[0] (§9 R4) and its state file."""
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from apiclient.models import SubmitBlockResponse, TemplateResponse
 from dagchain.blocks import compute_tips_root
 from dagchain.crypto import ZERO_HASH
 from dagchain.params import DEVNET
 from dagchain.transactions import REDEMPTION_INDEX, TxKind, verify_tx_signatures
 from dagchain.types import Address
-from miner.controller import Miner, MinerConfig, MinerError, MinerState
+from miner.controller import Miner, MinerConfig, MinerError, MinerState, header_from_template
 
 PAYOUT = Address(bytes(range(32)))
 ANCHOR = "ab" * 32
@@ -31,23 +31,29 @@ def _miner(tmp_path: Path, redeem_every: int = 2) -> Miner:
     return Miner(cfg, api=None)  # type: ignore[arg-type]
 
 
-def _template(miner: Miner, redeemable: int = 500, anchor: str = ANCHOR) -> dict[str, Any]:
+def _template(miner: Miner, redeemable: int = 500, anchor: str = ANCHOR) -> TemplateResponse:
     """A mining template as the API serves it (INTERFACES.md, v2: ``tips_root``, ``tip_links``)."""
-    return {
-        "version": 1,
-        "milestone_link": "11" * 32,
-        "previous_link": "22" * 32,
-        "tips_root": compute_tips_root([TIP]).hex(),
-        "tip_links": [TIP.hex()],
-        "merkle_root": ZERO_HASH.hex(),
-        "timestamp_ms": 1_800_000_000_000,
-        "target": 0x2100FFFF,
-        "txs": [],
-        "anchor": anchor,
-        "anchor_address": miner.key_address_text,
-        "redeemable": str(redeemable),
-        "needs_registration": False,
-    }
+    return TemplateResponse(
+        template_id="99" * 32,
+        version=1,
+        milestone_link="11" * 32,
+        previous_link="22" * 32,
+        tips_root=compute_tips_root([TIP]).hex(),
+        tip_links=[TIP.hex()],
+        merkle_root=ZERO_HASH.hex(),
+        timestamp_ms=1_800_000_000_000,
+        target=0x2100FFFF,
+        target_value=str(1 << 255),
+        milestone_target_value=str(1 << 250),
+        txs=[],
+        peer_height=3,
+        root="44" * 32,
+        anchor=anchor,
+        anchor_address=miner.key_address_text,
+        redeemable=str(redeemable),
+        needs_registration=False,
+        catch_up=False,
+    )
 
 
 def test_redemption_is_signed_at_tx0_and_pays_the_whole_claim(tmp_path: Path) -> None:
@@ -70,8 +76,7 @@ def test_no_redemption_before_redeem_every_or_with_nothing_to_claim(tmp_path: Pa
     assert not miner._prepare(_template(miner))[2]
     miner._since_redemption = 2
     assert not miner._prepare(_template(miner, redeemable=0))[2]
-    other = _template(miner)
-    other["anchor_address"] = "ddag1somebodyelse"
+    other = _template(miner).model_copy(update={"anchor_address": "ddag1somebodyelse"})
     assert not miner._prepare(other)[2]
 
 
@@ -92,3 +97,30 @@ def test_state_survives_a_reload_and_refuses_another_network(tmp_path: Path) -> 
     assert MinerState.load(tmp_path, "devnet") == state
     with pytest.raises(MinerError, match="devnet"):
         MinerState.load(tmp_path, "testnet")
+
+
+def test_the_header_is_rebuilt_from_the_typed_template(tmp_path: Path) -> None:
+    t = _template(_miner(tmp_path))
+    header = header_from_template(t)
+    assert header.version == t.version
+    assert header.milestone_link.hex() == t.milestone_link
+    assert header.previous_link.hex() == t.previous_link
+    assert header.tips_root.hex() == t.tips_root
+    assert header.merkle_root.hex() == t.merkle_root
+    assert (header.timestamp_ms, header.target, header.nonce) == (t.timestamp_ms, t.target, 0)
+
+
+def test_an_accepted_registration_names_the_peer_chain_and_an_orphan_does_not(
+    tmp_path: Path,
+) -> None:
+    miner = _miner(tmp_path)
+    t = _template(miner).model_copy(update={"needs_registration": True})
+    block = "55" * 32
+    orphan = SubmitBlockResponse(hash=block, is_milestone=False, status="orphan", missing=[])
+    assert miner._on_submitted(t, block, orphan, redeem=False)
+    assert miner.state == MinerState("devnet")  # nothing recorded for an orphan
+    ok = SubmitBlockResponse(hash=block, is_milestone=True, status="accepted")
+    assert miner._on_submitted(t, block, ok, redeem=False)
+    assert (miner.state.root, miner.state.last_block) == (block, block)
+    assert (miner.stats.blocks, miner.stats.milestones) == (1, 1)
+    assert MinerState.load(tmp_path, "devnet").root == block

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from apiclient import ApiError
+from apiclient.models import AddressResponse, TxResponse, UtxoItem
 from dagchain.crypto import encode_address
 from dagchain.params import DEVNET
 from dagchain.transactions import (
@@ -290,17 +291,26 @@ class _ForgetfulNode:
             self.states[txid] = self.then
         return txid
 
-    async def tx(self, txid: str) -> dict[str, object]:
+    async def tx(self, txid: str) -> TxResponse:
         state = self.states.get(txid, "unknown")
-        return {"txid": txid, "status": state, "reason": None, "milestone_height": 7}
+        return TxResponse.model_validate(
+            {
+                "txid": txid,
+                "status": state,
+                "block": None,
+                "milestone_height": 7,
+                "confirmations": 1 if state == "confirmed" else 0,
+                "reason": None,
+            }
+        )
 
-    async def address(self, address: str) -> dict[str, object]:
+    async def address(self, address: str) -> AddressResponse:
         rows = [
-            {"txid": u.txid.hex(), "index": u.index, "amount": str(u.amount), "confirmations": 1}
+            UtxoItem(txid=u.txid.hex(), index=u.index, amount=str(u.amount), confirmations=1)
             for u in self.utxos
         ]
         total = str(sum(u.amount for u in self.utxos))
-        return {"balance": total, "pending_balance": total, "utxos": rows}
+        return AddressResponse(address=address, balance=total, pending_balance=total, utxos=rows)
 
 
 async def _one_load_tx(node: _ForgetfulNode, lines: list[str]) -> tuple[_Run, object]:
