@@ -5,6 +5,12 @@ chain (the observer). Each tx spends one confirmed output it has not spent yet a
 key again in ``n`` outputs (n from ``load.tx_bytes``; at least 2, so the set of spendable outputs
 grows); the first txs fan each faucet output out into 64. A tx enters the network at a uniformly
 chosen node. When no confirmed output is free, the arrival is skipped and counted as starved.
+
+The entry node admits the tx as ``POST /v1/txs`` would. One that refuses it because its own best
+chain does not hold the spent output yet (409 ``missing-input``: it lags the observer) is offered
+the tx again every ``REOFFER_MS``, at most ``REOFFER_MAX`` times, as a wallet told so would
+resubmit (``dagchain-wallet load`` rechecks every second); ``txs_reoffered`` counts the offers
+made again. Any other refusal is final.
 """
 
 import random
@@ -18,7 +24,7 @@ from dagchain.params import ConsensusParams
 from dagchain.transactions import Transaction, TxKind, TxOut, sign_transaction
 from dagchain.types import TxId
 from simulator.engine import Engine
-from simulator.sim_node import SimNode
+from simulator.sim_node import MISSING_INPUT, SimNode
 
 TX_BASE_BYTES = 141
 """Size of a one-input, zero-output TRANSFER; each output adds ``TX_OUTPUT_BYTES``."""
@@ -26,6 +32,11 @@ TX_OUTPUT_BYTES = 44
 FAN_OUT = 64
 MIN_FEE = 1_000
 MAX_FEE = 10_000
+REOFFER_MS = 1_000.0
+"""A tx refused for a missing input is offered again after this long (wallet/loadgen.py's
+``RECHECK_INTERVAL_S``)."""
+REOFFER_MAX = 30
+"""... at most this many times (30 s: a node lagging longer has a problem of its own)."""
 
 Outpoint = tuple[bytes, int]
 
@@ -36,7 +47,9 @@ class TxEntry(Protocol):
     @property
     def index(self) -> int: ...
 
-    def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None: ...
+    def offer_tx(self, txid: TxId, raw: bytes) -> str | None:
+        """The wallet's submission: None if taken, else the refusal's code."""
+        ...
 
 
 class TxSink(Protocol):
@@ -73,6 +86,7 @@ class TxLoad:
         self.used: set[Outpoint] = set()
         self.offered = 0
         self.starved = 0
+        self.reoffered = 0
         self.stopped = False
 
     def start(self) -> None:
@@ -128,7 +142,15 @@ class TxLoad:
         self.offered += 1
         self.sink.on_offered(tx, self.engine.now_ms)
         node = self.nodes[self.rng.randrange(len(self.nodes))]
-        node.on_deliver_tx(tx.txid, tx.raw, node.index)
+        self._offer(node, tx, 0)
+
+    def _offer(self, node: TxEntry, tx: Transaction, attempts: int) -> None:
+        if node.offer_tx(tx.txid, tx.raw) == MISSING_INPUT and attempts < REOFFER_MAX:
+            self.engine.schedule(REOFFER_MS, self._reoffer, node, tx, attempts + 1)
+
+    def _reoffer(self, node: TxEntry, tx: Transaction, attempts: int) -> None:
+        self.reoffered += 1
+        self._offer(node, tx, attempts)
 
 
 __all__ = ["TxEntry", "TxLoad", "TxSink"]

@@ -213,6 +213,11 @@ class RelayNode:
         ids = tuple(bid for bid, _, _ in accepted)
         self.hub.on_relayed(index, ids)
 
+    def offer_tx(self, txid: TxId, raw: bytes) -> str | None:
+        """The load wallet submits a tx here: pushed on unchecked (no ledger to refuse it)."""
+        self.on_deliver_tx(txid, raw, self.index)
+        return None
+
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
         """A tx arrives: push it on unchecked."""
         known = self.known_txs

@@ -23,7 +23,8 @@ from typing import Protocol, final
 from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.crypto import hash32
-from dagchain.mempool import Mempool
+from dagchain.errors import InvalidTransaction
+from dagchain.mempool import Mempool, MempoolError
 from dagchain.params import ConsensusParams
 from dagchain.types import BlockId, TxId
 from p2p import scores, wire
@@ -274,6 +275,31 @@ class SimNode:
         self.hub.on_accepted(self, outcome)
 
     # ------------------------------------------------------------------ transactions
+    def offer_tx(self, txid: TxId, raw: bytes) -> str | None:
+        """The load wallet submits a tx here, as ``POST /v1/txs`` would (§7.5), and it is
+        relayed if taken: None when the node took it (or knew it), else the refusal's code.
+
+        A tx refused for a missing input (V6: this node's best chain does not hold the spent
+        output yet) is forgotten again, so the wallet can offer it once more later, as a real
+        wallet told 409 ``missing-input`` would.
+        """
+        known = self.known_txs
+        if not known.learn(self.index, txid):
+            return None
+        try:
+            self.service.submit_tx(raw, "api")
+        except InvalidTransaction as exc:
+            self.rejected_txs += 1
+            if exc.rule == "V6" and exc.message == MISSING_INPUT:
+                known.forget(self.index, txid)
+                return MISSING_INPUT
+            return exc.rule
+        except MempoolError as exc:
+            self.rejected_txs += 1
+            return exc.code
+        self.hub.send_tx(self.index, txid, raw, self.index)
+        return None
+
     def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
         """A relayed tx arrives: the daemon's admission (p2p/intake.py, §7.5), then relay."""
         if not self.known_txs.learn(self.index, txid):
@@ -285,6 +311,8 @@ class SimNode:
 
 
 # ---------------------------------------------------------------------------- the node's relay
+MISSING_INPUT = "missing-input"
+"""V6's message (dagchain/chain.py) for an input not in the node's best-chain UTXO set."""
 SIM_RELAY = RelaySettings(forget_relayed=True)
 """The protocol's numbers; ``forget_relayed`` keeps thousands of links' inventories small."""
 TICK_MS = float(MAINTENANCE_MS)

@@ -454,6 +454,7 @@ class Simulation:
             self.recorder, self.observer.chain, self._simulated_s(), roots, pooled, spread
         )
         metrics["txs_starved"] = self.load.starved
+        metrics["txs_reoffered"] = self.load.reoffered
         metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
         metrics["messages"] = self.network.messages
         metrics["bytes_sent"] = self.network.bytes_sent
