@@ -101,11 +101,14 @@ class NodeApi:
                 json=call.json,
                 headers=headers,
             ) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             reason = str(exc) or type(exc).__name__
             raise NodeUnreachable(self.url, call.method, call.target, reason) from None
+        if call.binary and 200 <= status < 300:
+            return status, raw
+        text = raw.decode(errors="replace")
         try:
             return status, json.loads(text) if text else None
         except ValueError:
@@ -126,6 +129,10 @@ class NodeApi:
     async def block(self, block_hash: str) -> M.BlockResponse:
         """``GET /v1/blocks/{hash}``."""
         return await self.run(endpoints.block(block_hash))
+
+    async def block_raw(self, block_hash: str) -> bytes:
+        """``GET /v1/blocks/{hash}/raw``: the canonical block bytes."""
+        return await self.run(endpoints.block_raw(block_hash))
 
     async def milestones(self, start: int, limit: int) -> list[M.MilestoneItem]:
         """``GET /v1/milestones?start=&limit=``."""

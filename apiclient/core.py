@@ -86,7 +86,7 @@ class NodeUnreachable(ApiError):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A 2xx status and its decoded JSON body."""
+    """A 2xx status and its decoded JSON body (the bytes themselves for a ``binary`` call)."""
 
     status: int
     body: Any
@@ -102,6 +102,8 @@ class Call(Generic[T]):
     json: Any = None
     auth: bool = False
     query: Mapping[str, str | int] = field(default_factory=dict)
+    binary: bool = False
+    """A 2xx answer is bytes, not JSON (``GET /v1/blocks/{hash}/raw``); errors are JSON."""
 
     @property
     def target(self) -> str:
@@ -227,6 +229,12 @@ def _txid(a: Answer) -> str:
     return _SUBMIT_TX(a).txid
 
 
+def _bytes(a: Answer) -> bytes:
+    if not isinstance(a.body, bytes):
+        raise ApiError(a.status, "bad-answer", "the answer is not bytes", a.body, "", "")
+    return a.body
+
+
 class endpoints:
     """One constructor per endpoint of INTERFACES.md's API table, each read into its model."""
 
@@ -237,6 +245,11 @@ class endpoints:
     @staticmethod
     def block(block_hash: str) -> Call[M.BlockResponse]:
         return Call("GET", f"/v1/blocks/{_seg(block_hash)}", _BLOCK)
+
+    @staticmethod
+    def block_raw(block_hash: str) -> Call[bytes]:
+        """The canonical block bytes (``application/octet-stream``)."""
+        return Call("GET", f"/v1/blocks/{_seg(block_hash)}/raw", _bytes, binary=True)
 
     @staticmethod
     def milestones(start: int, limit: int) -> Call[list[M.MilestoneItem]]:

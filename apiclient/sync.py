@@ -84,6 +84,8 @@ class SyncNodeApi:
 
     def _send(self, call: Call[Any], timeout_s: float) -> tuple[int, Any]:
         status, raw = self._exchange(call, timeout_s)
+        if call.binary and 200 <= status < 300:
+            return status, raw
         try:
             return status, json.loads(raw) if raw else None
         except ValueError:
@@ -105,6 +107,10 @@ class SyncNodeApi:
     def block(self, block_hash: str) -> M.BlockResponse:
         """``GET /v1/blocks/{hash}``."""
         return self.run(endpoints.block(block_hash))
+
+    def block_raw(self, block_hash: str) -> bytes:
+        """``GET /v1/blocks/{hash}/raw``: the canonical block bytes."""
+        return self.run(endpoints.block_raw(block_hash))
 
     def milestones(self, start: int, limit: int) -> list[M.MilestoneItem]:
         """``GET /v1/milestones?start=&limit=``."""

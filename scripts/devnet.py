@@ -386,12 +386,10 @@ class RepeatCounter:
             self.transfers[block_hash] = self._transfer_txids(block_hash)
 
     def _transfer_txids(self, block_hash: str) -> tuple[str, ...]:
-        import urllib.request
-
         from dagchain.blocks import decode_block
 
-        with urllib.request.urlopen(f"{self.url}/v1/blocks/{block_hash}/raw", timeout=2) as r:
-            block = decode_block(r.read(), DEVNET)
+        raw = SyncNodeApi(self.url, timeout_s=2.0).block_raw(block_hash)
+        block = decode_block(raw, DEVNET)
         return tuple(tx.txid.hex() for tx in block.txs if tx.kind == TxKind.TRANSFER)
 
     def share(self) -> tuple[int, int]:

@@ -212,6 +212,17 @@ def test_a_refusal_is_still_the_nodes_error_not_a_bad_answer() -> None:
     assert (exc.value.status, exc.value.code, exc.value.message) == (400, "T3", "bad signature")
 
 
+def test_raw_block_bytes_are_bytes_and_a_refusal_is_json() -> None:
+    call = endpoints.block_raw(H)
+    assert (call.path, call.binary) == (f"/v1/blocks/{H}/raw", True)
+    assert decode(call, 200, b"\x01\x02") == b"\x01\x02"
+    with pytest.raises(ApiError, match="bad-answer"):
+        decode(call, 200, {"not": "bytes"})
+    with pytest.raises(ApiError) as exc:
+        decode(call, 404, {"error": {"code": "not-found", "message": "no such block"}})
+    assert (exc.value.status, exc.value.code) == (404, "not-found")
+
+
 def _untyped(annotation: Any) -> bool:
     """``Any``, a ``dict`` or a ``list`` of one (what the client returned before it was typed)."""
     if annotation is Any:
@@ -229,7 +240,7 @@ def test_no_endpoint_returns_an_untyped_dict() -> None:
         for name, fn in vars(endpoints).items()
         if isinstance(fn, staticmethod) and name != "raw"
     }
-    assert len(calls) == len(CASES), "each endpoint has a case above"
+    assert len(calls) == len(CASES) + 1, "each endpoint has a case above (block_raw: below)"
     for name, hint in calls.items():
         assert typing.get_origin(hint) is Call, name
         (result,) = typing.get_args(hint)

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, TypeAdapter
 
-from apiclient import NodeApi
+from apiclient import ApiError, NodeApi
 from apiclient import models as M
+from dagchain.blocks import decode_block
 from dagchain.crypto import encode_address
 from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET
@@ -78,6 +79,11 @@ def test_every_read_endpoint_parses_into_its_model(net: Net) -> None:
         assert isinstance(block, M.BlockResponse)
         assert block.hash == block_hash
         _same(net.a, f"/v1/blocks/{block_hash}", M.BlockResponse, api.block(block_hash))
+        raw = api.block_raw(block_hash)
+        assert (decode_block(raw, DEVNET).id.hex(), len(raw)) == (block_hash, block.size)
+    with pytest.raises(ApiError) as exc:
+        api.block_raw("cd" * 32)
+    assert (exc.value.status, exc.value.code) == (404, "not-found")
 
     milestones = api.milestones(0, 10)
     assert [m.height for m in milestones] == [0, 1]
@@ -184,6 +190,7 @@ async def test_the_asyncio_client_reads_the_same_models(net: Net) -> None:
             await api.template(root=net.milestone),
         ]
         assert await api.level_set(1) == a.api.level_set(1)
+        assert await api.block_raw(net.milestone) == a.api.block_raw(net.milestone)
     kinds = [
         M.StatusResponse,
         M.BlockResponse,
