@@ -339,8 +339,20 @@ ROUTES: tuple[Route, ...] = (
         "event (EventMessage; fields per type in docs/node.md). Without a valid upgrade the "
         f"answer is 400. The server reads nothing from the client: a client message of "
         f"{EVENTS_MSG_MAX} bytes or more closes the socket with 1009, and a client that falls "
-        f"{EVENT_QUEUE} events behind is closed with 1013.",
+        f"{EVENT_QUEUE} events behind is closed with 1013. `types` keeps only those kinds "
+        "(a miner: milestone,reorg); an unknown kind is 400.",
         statuses=(101, 400),
+        query=(
+            (
+                "types",
+                "Comma-separated event types to receive: block, milestone, reorg, tx (all if "
+                "absent)",
+                {
+                    "type": "string",
+                    "pattern": "^(block|milestone|reorg|tx)(,(block|milestone|reorg|tx))*$",
+                },
+            ),
+        ),
     ),
     Route(
         "GET",

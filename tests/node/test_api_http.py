@@ -302,3 +302,34 @@ def test_a_handler_bug_is_a_500_counted_in_metrics_and_the_next_request_is_serve
         assert f"{line} 2.0" in metrics
         monkeypatch.undo()
         assert api.request("GET", "/v1/status").status == 200
+
+
+def test_events_types_keeps_only_those_kinds_and_an_unknown_kind_is_400(tmp_path: Path) -> None:
+    """``GET /v1/events?types=milestone,reorg`` (what a miner needs): no tx or block messages."""
+    with serving(tmp_path) as api:
+        node = api.node
+
+        async def go() -> tuple[list[str], list[str]]:
+            async with (
+                asyncio.timeout(20),
+                api.client.session.ws_connect(api.base + "/v1/events") as every,
+                api.client.session.ws_connect(
+                    api.base + "/v1/events?types=milestone,reorg"
+                ) as miner,
+            ):
+                await asyncio.sleep(0.05)  # both subscribed
+                node.service.submit_tx(node.fresh_txs[2].raw)
+                node.mine(node.blocks[-1].id, ms=True)
+                seen: list[list[str]] = [[], []]
+                for ws, kinds in zip((every, miner), seen, strict=True):
+                    while "milestone" not in kinds:
+                        kinds.append(json.loads((await ws.receive()).data)["type"])
+                return seen[0], seen[1]
+
+        every, miner = api.loop.run_until_complete(go())
+        assert every == ["tx", "block", "milestone"]
+        assert miner == ["milestone"]
+        for bad in ("tx,foo", "", "milestone,"):
+            answer = api.request("GET", f"/v1/events?types={bad}")
+            assert answer.status == 400
+            assert json.loads(answer.body)["error"]["code"] == "bad-parameter"
