@@ -1,13 +1,18 @@
 """A real devnet node whose datadir lives on the power-loss filesystem (issue 26, item 2).
 
-The power is cut right after the node's HTTP answer to a block submission; the node then restarts
-on the surviving bytes and must hold every block it answered "accepted" for.
+The power is cut right after the node's HTTP answer to a block submission, at seeded moments of a
+block stream and of the node's start, and in the middle of its initial sync; the node then
+restarts on the surviving bytes and must hold every block it answered "accepted" for (and, with
+its peer, catch up). A new datadir loses everything to a cut until it is reopened (LevelDB 1.22):
+the xfail test pins that defect, the other tests start and stop the node once first.
 """
 
 import logging
 import random
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 BLOCKS = 30
 STREAM_BLOCKS = 900
+SYNC_BLOCKS = 400
 ROUNDS = 12
 CUT_TIMEOUT_S = 20.0
 
@@ -134,9 +140,8 @@ def lock_holder(disk: PowerLossDisk) -> str:
         return ""
 
 
-@pytest.mark.parametrize(("mode", "seed"), [("all", 0), ("subset", 11), ("torn", 12)])
 def test_restarted_node_holds_every_acknowledged_block(
-    disk: PowerLossDisk, node: NodeProcess, mode: CutMode, seed: int
+    disk: PowerLossDisk, node: NodeProcess
 ) -> None:
     """The datadir existed before (the node ran once and stopped), as on any long-lived node."""
     node.start()
@@ -145,7 +150,7 @@ def test_restarted_node_holds_every_acknowledged_block(
     factory = BlockFactory(miners=3)
     acked = submit_acknowledged(node, factory, BLOCKS)
     log.info("%d blocks accepted; the power goes off right after the last answer", len(acked))
-    cut_and_restart(disk, node, mode, seed)
+    cut_and_restart(disk, node, "all", 0)
     missing = [x.hex() for x in acked if not node.has_block(x)]
     assert (len(acked), missing) == (BLOCKS, [])
     log.info("The restarted node takes the next blocks")
@@ -202,3 +207,48 @@ def test_power_cuts_at_seeded_moments_keep_every_acknowledged_block(
     for block in blocks[len(acked) :]:
         node.submit_block(block)
     assert node.best()[0] == factory.chain.best_id.hex()
+
+
+def test_power_cut_during_initial_sync_then_the_node_catches_up(
+    disk: PowerLossDisk, node: NodeProcess, tmp_path: Path
+) -> None:
+    """The node on the disk syncs from a peer (on an ordinary directory) and loses its power
+    part-way; restarted alone on the surviving bytes it holds every block it had counted, and
+    with its peer again it catches up to the peer's best chain."""
+    peer = NodeProcess(1, tmp_path / "peer" / "data")
+    try:
+        peer.start()
+        factory = BlockFactory(miners=3)
+        for block in factory.mine(SYNC_BLOCKS):
+            peer.submit_block(block)
+        best = factory.chain.best_id.hex()
+        node.start()
+        node.stop()  # a new datadir is not durable until reopened (see the xfail test)
+        node.peers = [peer.p2p_address]
+        node.start()
+        counted = blocks_beyond(node, SYNC_BLOCKS // 8, 30)
+        assert counted < SYNC_BLOCKS + 1  # the cut lands mid-sync
+        log.info("%d of %d blocks synced; the power goes off", counted - 1, SYNC_BLOCKS)
+        node.peers = []
+        cut_and_restart(disk, node, "torn", 7)
+        assert node.status().blocks >= counted
+        log.info("Restarted with its peer, it catches up")
+        node.stop()
+        node.peers = [peer.p2p_address]
+        node.start()
+        node.wait(lambda n: n.best()[0] == best, 60, f"to reach milestone {best[:16]}")
+        node.wait(lambda n: n.status().blocks == SYNC_BLOCKS + 1, 30, "to hold every block")
+    finally:
+        peer.kill()
+
+
+def blocks_beyond(node: NodeProcess, minimum: int, timeout: float) -> int:
+    """The node's block count once it exceeds ``minimum``, polled every 5 ms (``wait_until``
+    backs off to 250 ms, too coarse to land in a sync that takes a fraction of a second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        blocks = node.status().blocks
+        if blocks > minimum:
+            return blocks
+        time.sleep(0.005)
+    raise AssertionError(f"{node.name} did not exceed {minimum} blocks in {timeout:.0f} s")
