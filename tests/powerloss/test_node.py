@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 BLOCKS = 30
 STREAM_BLOCKS = 900
 SYNC_BLOCKS = 400
-ROUNDS = 12
+ROUNDS = 10
 CUT_TIMEOUT_S = 20.0
 
 
