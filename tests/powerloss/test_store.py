@@ -23,7 +23,7 @@ from tests.dagchain.test_properties import build_dag
 from tests.powerloss.disk import PowerLossDisk
 from tests.powerloss.powerfs import CUT_MODES
 
-CUTS = 12
+CUTS = 10
 SEED = 20261205
 
 
