@@ -1,7 +1,8 @@
 """Confirmed transactions per second on a live devnet (docs/benchmarks.md, "Transactions").
 
 Usage: ``python bench/tps.py [--duration S] [--rate TPS] [--miner-rate BLOCKS_PER_S]
-[--nodes M] [--miners N] [--accounts N] [--max-in-flight N] [--profile] [--blocks-json PATH]``
+[--nodes M] [--miners N] [--accounts N] [--max-in-flight N] [--batch N] [--profile]
+[--blocks-json PATH]``
 
 Starts ``--nodes`` (default 3) ``dagchain-node --network devnet`` processes on 127.0.0.1 (a line:
 node i dials node i-1), ``--miners`` (default 1) ``dagchain-miner`` processes, miner i on node
@@ -242,6 +243,7 @@ def main() -> int:
     ap.add_argument("--miners", type=int, default=1, help="miners; miner i on node i mod M")
     ap.add_argument("--accounts", type=int, default=64)
     ap.add_argument("--max-in-flight", type=int, default=384)
+    ap.add_argument("--batch", type=int, default=64, help="the load's txs per request (--batch)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument(
         "--blocks-json", type=Path, help="write the walked level-set blocks (JSON list) here"
@@ -309,6 +311,7 @@ def main() -> int:
             *(PY, "-m", "wallet.cli", "--devnet-faucet", "load", "--node", load_url),
             *("--rate", str(args.rate), "--duration", str(args.duration)),
             *("--accounts", str(args.accounts), "--max-in-flight", str(args.max_in_flight)),
+            *("--batch", str(args.batch)),
             *("--confirm-timeout", "60", "--report", str(root / "load.json")),
         ]
         print("$", " ".join(load_cmd), flush=True)

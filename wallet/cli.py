@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from apiclient import ApiError, NodeApi, NodeUnreachable
+from apiclient.models import TX_BATCH_MAX
 from dagchain.crypto import encode_address
 from dagchain.genesis import FAUCET_SECRET
 from dagchain.params import ConsensusParams
@@ -461,6 +462,7 @@ async def _load(args: argparse.Namespace, secret: bytes) -> loadgen.LoadReport:
         duration_s=args.duration,
         accounts=args.accounts,
         max_in_flight=args.max_in_flight,
+        batch=args.batch,
         fee=args.fee if args.fee is not None else loadgen.DEFAULT_LOAD_FEE,
         confirm_timeout_s=args.confirm_timeout,
     )
@@ -476,6 +478,8 @@ def _progress(line: str) -> None:
 def cmd_load(args: argparse.Namespace) -> int:
     if args.rate <= 0 or args.duration <= 0 or args.accounts < 1 or args.max_in_flight < 1:
         raise WalletError("--rate, --duration, --accounts and --max-in-flight must be positive")
+    if not 1 <= args.batch <= TX_BATCH_MAX:
+        raise WalletError(f"--batch must be 1..{TX_BATCH_MAX} (POST /v1/txs/batch takes that many)")
     secret = _secret(args)
     report = asyncio.run(_load(args, secret))
     if args.report is not None:
@@ -528,6 +532,13 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--duration", type=float, required=True, help="seconds of sending")
     load.add_argument("--accounts", type=int, default=16)
     load.add_argument("--max-in-flight", type=int, default=64, help="concurrent POST /v1/txs")
+    load.add_argument(
+        "--batch",
+        type=int,
+        default=loadgen.DEFAULT_BATCH,
+        help="txs per request: 1 posts each to /v1/txs, more uses POST /v1/txs/batch (1..1000; "
+        f"default {loadgen.DEFAULT_BATCH})",
+    )
     load.add_argument("--fee", type=int, help=f"units per tx (default {loadgen.DEFAULT_LOAD_FEE})")
     load.add_argument(
         "--confirm-timeout", type=float, default=60.0, help="seconds to wait for confirmations"
