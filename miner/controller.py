@@ -304,7 +304,10 @@ class Miner:
             try:
                 headers = self.api.token.header()
                 async with self.api.session.ws_connect(
-                    self.api.events_url, headers=headers, heartbeat=20
+                    # Milestones and reorganisations only: not a message per tx under load.
+                    f"{self.api.events_url}?types=milestone,reorg",
+                    headers=headers,
+                    heartbeat=20,
                 ) as ws:
                     async for msg in ws:
                         if msg.type == aiohttp.WSMsgType.TEXT:
