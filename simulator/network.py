@@ -117,6 +117,11 @@ class Network:
             {link.peer: link.latency_ms for link in links} for links in self.neighbours
         ]
 
+    @property
+    def latency_ms(self) -> list[dict[int, float]]:
+        """``latency_ms[a][b]``: the one-way latency of the link a-b (ms)."""
+        return self._latency
+
     def _draw_latency(self, a: int, b: int, rng: random.Random) -> float:
         kind, _, rest = self._delay.partition(":")
         if kind == "fixed":

@@ -44,6 +44,10 @@ class NetworkConfig(_Table):
     relay: Literal["node", "push-all"] = "node"
     """``node``: every node runs p2p/relay.py (P11 push/inv, 250 ms tx inv batches, getdata);
     ``push-all``: every item pushed to every neighbour (the simulator's earlier model)."""
+    tx_relay: Literal["messages", "flow"] = "messages"
+    """``messages``: every tx relayed as the node relay's ``inv``/``getdata``/``tx`` messages;
+    ``flow``: each tx's arrival at every node computed from the same policy, events only at
+    full nodes (simulator/txflow.py; needs ``relay = "node"``, no late nodes)."""
     late_nodes: int = Field(default=0, ge=0)
     """The last ``late_nodes`` full nodes are offline until ``late_join_s``, then join and catch
     up with the node's own sync session (P5, P7-P10; simulator/late_node.py)."""
@@ -286,6 +290,12 @@ def build_scenario(data: dict[str, Any]) -> Scenario:
         if attack.share <= 0:
             raise ScenarioError(f"attack.kind = {attack.kind} needs attack.share > 0")
     _check_late_nodes(scenario)
+    net = scenario.network
+    if net.tx_relay == "flow" and (net.relay != "node" or net.late_nodes):
+        raise ScenarioError(
+            'network.tx_relay = "flow" needs network.relay = "node" and no network.late_nodes '
+            "(the flow models the node relay of always-on nodes)"
+        )
     if scenario.full_nodes < scenario.mining_nodes:
         raise ScenarioError(
             f"network.full_nodes = {scenario.network.full_nodes} is fewer than the "

@@ -490,6 +490,11 @@ class RelayPort:
         """The relay's clock: the core's integer ms."""
         return int(self.hub.now_ms)
 
+    @property
+    def phase_ms(self) -> float:
+        """Where this node's 250 ms tick grid starts (engine ms in [0, 250))."""
+        return self._phase
+
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:
         """Messages from neighbour ``src`` arrive: each through the one dispatch table
         (:mod:`p2p.dispatch`); what the handlers return to send travels together."""

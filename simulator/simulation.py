@@ -32,6 +32,7 @@ from simulator.rng import RngStreams
 from simulator.scenario import Scenario
 from simulator.sim_node import NodeRef, SimNode
 from simulator.store import RowInterner
+from simulator.txflow import LinkModel, TxFlow
 
 FRAME_OVERHEAD_BYTES = 9
 """Per-message framing (type byte and length) on top of the canonical block or tx bytes."""
@@ -107,6 +108,10 @@ class Simulation:
         ]
         self._node_relay = net.relay == "node"
         """``network.relay``: the nodes run p2p/relay.py (else every item is pushed to all)."""
+        self.txflow: TxFlow | None = None
+        """``network.tx_relay = "flow"``: txs spread as a computed flow (simulator/txflow.py)."""
+        if net.tx_relay == "flow":
+            self.txflow = self._tx_flow(full)
         self._mined_ms = scenario.duration_s * 1000.0
         """Simulated ms of mining (less than ``duration_s`` once a network attack is done)."""
         self._inflight_blocks: dict[bytes, dict[int, float]] = {}
@@ -153,6 +158,25 @@ class Simulation:
             self.streams.stream("txs"),
             self.recorder,
         )
+
+    def _tx_flow(self, full: int) -> TxFlow:
+        network = self.network
+        model = LinkModel(
+            [[link.peer for link in links] for links in network.neighbours],
+            network.latency_ms,
+            network.upload,
+            network.download,
+            network.processing_ms,
+            self._tick_phase,
+        )
+        return TxFlow(model, self.engine, self.nodes, full, self.known_txs.learn, network)
+
+    def _tick_phase(self, index: int) -> float:
+        """A node's relay tick phase (its RelayPort, made on first use as in the messages)."""
+        node = self.nodes[index]
+        if isinstance(node, LateNode):  # pragma: no cover - the scenario forbids it
+            raise TypeError("network.tx_relay = 'flow' has no late nodes")
+        return node.port.phase_ms
 
     def _network_attacker(
         self, rate_per_ms: float, target0: int
@@ -226,6 +250,9 @@ class Simulation:
         self._send(src, block_id, raw, exclude, self.known_blocks, self._inflight_blocks, True)
 
     def send_tx(self, src: int, txid: TxId, raw: bytes, exclude: int) -> None:
+        if self.txflow is not None:
+            self.txflow.on_accepted(src, txid, raw)
+            return
         if self._node_relay:
             self.nodes[src].relay_tx(txid, raw, exclude)
             return

@@ -175,10 +175,20 @@ PUSH_ALL = {"fan_out", "send_block", "send_tx", "_send"}
 HANDLER_NAMES = {name for _, name in HANDLERS.values()}
 """Handlers named by p2p/dispatch.py's table (``on_getdata`` receives, it plans nothing)."""
 RELAY_MESSAGES = {"Inv", "GetData", "NotFound"}
+MODELS = {"txflow.py"}
+"""Cheaper models of the relay, allowed beside it only as an opt-in and with a test comparing the
+two (the tx flow, ``network.tx_relay = "flow"``: tests/simulator/test_txflow_validation.py)."""
 
 
 def _simulator_modules() -> list[Path]:
-    return sorted((ROOT / "simulator").glob("*.py"))
+    return sorted(p for p in (ROOT / "simulator").glob("*.py") if p.name not in MODELS)
+
+
+def test_every_relay_model_is_opt_in_and_compared() -> None:
+    """The models exempt from the check below are each licensed by a comparison test."""
+    for name in MODELS:
+        assert (ROOT / "simulator" / name).exists()
+        assert (ROOT / "tests" / "simulator" / f"test_{Path(name).stem}_validation.py").exists()
 
 
 def test_the_simulator_imports_the_node_relay() -> None:

@@ -1,0 +1,437 @@
+"""Transaction relay as a computed flow (``network.tx_relay = "flow"``), beside the messages.
+
+With ``network.tx_relay = "messages"`` (the default) every tx travels as the node relay's real
+``inv``/``getdata``/``tx`` messages (p2p/relay.py in a :class:`simulator.sim_node.RelayPort`).
+With ``"flow"`` a tx's spread is computed instead: the earliest time it reaches every node under
+the same policy (PROTOCOL.md P11 as p2p/relay.py runs it), and only full nodes get an event:
+
+- a node that takes a tx in at time ``a`` announces it at the next point of its own 250 ms tick
+  grid strictly after ``a`` (its ``RelayPort`` phase): an ``inv`` to every neighbour but the one
+  it got the tx from and those whose own ``inv`` reached it before that tick;
+- a node fetches from the first neighbour whose ``inv`` reaches it (one announcer, no fallback),
+  so the tx lands at ``inv arrival + d(getdata back) + d(tx)``;
+- a message's delay over a link is ``size * 8 / min(upload, download) + latency + processing``,
+  as :meth:`simulator.network.Network.transmit` computes it without the uplink queue.
+
+It is a label-setting search (Dijkstra) over those times, with one gate: at a full node the
+search stops, the node gets the tx as a delivery event at its arrival time and admits it through
+its real intake (``SimNode.on_deliver_tx``: mempool and core). Only if it admits it does the
+search go on from there (``on_accepted``); a refused tx is not passed on. Relay-only nodes pass
+every tx they learn on, and cost no event. The search of a tx is therefore paused at most at one
+full node at a time, and never runs ahead of a full node's verdict it depends on.
+
+Messages and bytes are counted on the network's totals (``messages``, ``bytes_sent``): the txs
+one node announces at one tick to one peer share one ``inv`` frame, the items asked of it one
+``getdata`` frame, each tx its own ``tx`` message, all sized as their real frames.
+
+What it leaves out (docs/simulator.md): the uplink queue (a tx's messages never wait behind a
+block, nor a block behind them: the bytes are counted, not queued), the limit of two
+outstanding ``getdata`` per peer, the 30-60 s re-announcement, the transfer time of the extra
+items of a batched frame, and the race order of events at exactly equal times.
+"""
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, final
+
+from dagchain.types import TxId
+from p2p import wire
+from p2p.relay import TX
+from simulator.engine import Engine
+from simulator.sim_node import frame_size
+
+TICK_MS = 250.0
+"""The relay's maintenance tick (p2p/exchange.py ``MAINTENANCE_MS``): tx ``inv`` batches."""
+FRAMES_PRUNE_AT = 100_000
+"""Frames remembered before the old ones are dropped."""
+_ANNOUNCE, _INV, _TX = 0, 1, 2
+"""Kinds of search entries, in the order entries at the same time are taken."""
+
+
+@final
+class LinkModel:
+    """The delays the flow reads: who links to whom, latencies, rates, ticks.
+
+    ``neighbours[v]``: v's peers; ``latency[v][w]``: one-way ms; ``upload``/``download``: bits
+    per ms (``math.inf``: unlimited); ``phase``: node -> its 250 ms tick phase (ms in [0, 250)),
+    asked once per node.
+    """
+
+    def __init__(
+        self,
+        neighbours: Sequence[Sequence[int]],
+        latency: Sequence[dict[int, float]],
+        upload: Sequence[float],
+        download: Sequence[float],
+        processing_ms: float,
+        phase: Callable[[int], float],
+    ) -> None:
+        self.neighbours = neighbours
+        self.latency = latency
+        self.upload = upload
+        self.download = download
+        self.processing_ms = processing_ms
+        self._phase = phase
+        self._phases: dict[int, float] = {}
+        self._inv_delays: dict[int, tuple[list[list[float]], list[list[float]]]] = {}
+
+    def delay_ms(self, src: int, dst: int, size: int) -> float:
+        """A ``size``-byte message from ``src`` to neighbour ``dst``: transfer, latency,
+        processing (``Network.transmit`` with an idle uplink)."""
+        rate = min(self.upload[src], self.download[dst])
+        transfer = 0.0 if rate == math.inf else size * 8 / rate
+        return transfer + self.latency[src][dst] + self.processing_ms
+
+    def inv_delays(self, size: int) -> tuple[list[list[float]], list[list[float]]]:
+        """For ``size``-byte messages, per node v and its i-th neighbour w: the delay v -> w
+        and the delay w -> v (computed once per size)."""
+        found = self._inv_delays.get(size)
+        if found is None:
+            out = [[self.delay_ms(v, w, size) for w in ws] for v, ws in enumerate(self.neighbours)]
+            back = [[self.delay_ms(w, v, size) for w in ws] for v, ws in enumerate(self.neighbours)]
+            found = self._inv_delays[size] = (out, back)
+        return found
+
+    def next_tick_ms(self, node: int, after_ms: float) -> float:
+        """The first point of ``node``'s tick grid strictly after ``after_ms`` (as
+        ``RelayPort._arm`` computes it)."""
+        phase = self._phases.get(node)
+        if phase is None:
+            phase = self._phases[node] = self._phase(node)
+        at = phase + (math.floor((after_ms - phase) / TICK_MS) + 1) * TICK_MS
+        if at <= after_ms:
+            at += TICK_MS
+        return at
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """Frame sizes (bytes on the link) of one tx's messages."""
+
+    inv: int
+    getdata: int
+    tx: int
+
+
+def tx_sizes(txid: bytes, raw: bytes) -> Sizes:
+    """The real frame sizes of a one-item ``inv``, a one-item ``getdata`` and the ``tx``."""
+    item = ((TX, bytes(txid)),)
+    return Sizes(
+        frame_size(wire.Inv(item)), frame_size(wire.GetData(item)), frame_size(wire.TxMsg(raw))
+    )
+
+
+ITEM_BYTES = 36
+"""One more [kind, id] item in an ``inv`` or ``getdata`` frame (sim_node.py ``_ITEM_BYTES``)."""
+
+
+@dataclass(slots=True)
+class Frames:
+    """Which frames were charged already, shared by all txs: the txs a node announces at one
+    tick to one peer travel in one ``inv`` (P11), and the peer asks for those it lacks in one
+    ``getdata``; each tx after the first adds one item to the frame, not a frame."""
+
+    invs: dict[tuple[int, float], set[int]] = field(default_factory=dict)
+    """(announcer, tick) -> the peers its ``inv`` frame of that tick went to."""
+    getdata: set[tuple[int, int, float]] = field(default_factory=set)
+    """(asker, announcer, announcer's tick): a ``getdata`` answering that ``inv`` frame."""
+
+    def inv_peers(self, node: int, tick_ms: float) -> set[int]:
+        """The peers ``node``'s ``inv`` frames of ``tick_ms`` went to so far (to add to)."""
+        peers = self.invs.get((node, tick_ms))
+        if peers is None:
+            peers = self.invs[(node, tick_ms)] = set()
+        return peers
+
+    def new_getdata(self, node: int, announcer: int, tick_ms: float) -> bool:
+        """True if this is the first tx ``node`` asks of ``announcer``'s ``tick_ms`` frame."""
+        key = (node, announcer, tick_ms)
+        if key in self.getdata:
+            return False
+        self.getdata.add(key)
+        return True
+
+    def prune(self, before_ms: float) -> None:
+        """Forget frames of ticks before ``before_ms`` (no tx can join them any more)."""
+        self.invs = {k: v for k, v in self.invs.items() if k[1] >= before_ms}
+        self.getdata = {k for k in self.getdata if k[2] >= before_ms}
+
+
+@dataclass(slots=True)
+class Spread:
+    """One tx's search: pending entries and what each node did so far."""
+
+    sizes: Sizes
+    heap: list[tuple[float, int, int, int, int]] = field(default_factory=list)
+    """(time, kind, seq, node, peer): an announcement by ``node`` (peer unused), an ``inv``
+    from ``peer`` landing at ``node``, or the tx from ``peer`` landing at ``node``."""
+    seq: int = 0
+    source: dict[int, int] = field(default_factory=dict)
+    """Node -> the neighbour it fetches the tx from (the first announcer it heard)."""
+    best_inv: dict[int, float] = field(default_factory=dict)
+    """Node -> the earliest ``inv`` arrival pushed so far (the search's tentative label)."""
+    tick: dict[int, float] = field(default_factory=dict)
+    """Node -> when it announced the tx."""
+    arrival: dict[int, float] = field(default_factory=dict)
+    """Node -> when the tx landed there (the origin: when it was accepted)."""
+    waiting: int = -1
+    """The full node whose verdict the search waits for, or -1."""
+    frames: Frames | None = None
+    """Frames shared with other txs (None: every message is a frame of its own)."""
+    invs: int = 0
+    """``inv`` items sent (one per tx and link)."""
+    inv_frames: int = 0
+    """... of which the first item of a frame."""
+    fetches: int = 0
+    """``getdata`` items (and so ``tx`` messages) sent."""
+    getdata_frames: int = 0
+    """... of which the first item of a frame."""
+
+    def push(self, at: float, kind: int, node: int, peer: int) -> None:
+        """Add a search entry."""
+        self.seq += 1
+        heapq.heappush(self.heap, (at, kind, self.seq, node, peer))
+
+
+def accept(model: LinkModel, spread: Spread, node: int, at_ms: float) -> None:
+    """``node`` took the tx in at ``at_ms`` (or was offered it there): it announces it at its
+    next tick."""
+    spread.arrival.setdefault(node, at_ms)
+    spread.push(model.next_tick_ms(node, at_ms), _ANNOUNCE, node, -1)
+
+
+def announce(model: LinkModel, spread: Spread, node: int, tick_ms: float) -> None:
+    """``node``'s tick: an ``inv`` to each neighbour not known to have the tx (P11)."""
+    ticks, best, fetching, arrival = spread.tick, spread.best_inv, spread.source, spread.arrival
+    ticks[node] = tick_ms
+    source = fetching.get(node, -1)
+    outs, backs = model.inv_delays(spread.sizes.inv)
+    frames = spread.frames
+    framed = None if frames is None else frames.inv_peers(node, tick_ms)
+    invs = new_frames = 0
+    for peer, out, back in zip(model.neighbours[node], outs[node], backs[node], strict=True):
+        if peer == source:
+            continue
+        told = ticks.get(peer)
+        if told is not None and told + back < tick_ms:
+            continue  # its own inv reached us first: known to have it
+        invs += 1
+        if framed is None:
+            new_frames += 1
+        elif peer not in framed:
+            framed.add(peer)
+            new_frames += 1
+        if peer in fetching or peer in arrival:
+            continue  # it has the tx, or fetches it from its first announcer
+        at = tick_ms + out
+        if at < best.get(peer, math.inf):
+            best[peer] = at
+            spread.push(at, _INV, peer, node)
+    spread.invs += invs
+    spread.inv_frames += new_frames
+
+
+def fetch(model: LinkModel, spread: Spread, node: int, announcer: int, inv_ms: float) -> None:
+    """``node`` heard of the tx first from ``announcer``: ``getdata`` there, the tx back."""
+    spread.source[node] = announcer
+    spread.fetches += 1
+    frames = spread.frames
+    if frames is None or frames.new_getdata(node, announcer, spread.tick[announcer]):
+        spread.getdata_frames += 1
+    sizes = spread.sizes
+    there = inv_ms + model.delay_ms(node, announcer, sizes.getdata)
+    spread.push(there + model.delay_ms(announcer, node, sizes.tx), _TX, node, announcer)
+
+
+STOP, PASS, KEEP = 0, 1, 2
+"""What a node does with a tx that lands (``advance``'s gate): wait for its verdict (a full
+node), pass it on (a relay-only node), or keep it without passing it on (it knew it)."""
+
+
+def advance(
+    model: LinkModel, spread: Spread, gate: Callable[[int], int]
+) -> tuple[int, int, float] | None:
+    """Run the search until a tx lands where ``gate(node)`` is ``STOP`` (a full node: returns
+    (node, source, at), the search waits for its verdict) or nothing is left (None).
+
+    Where the gate says ``PASS`` the node takes the tx in and announces it; ``KEEP``: it only
+    takes it in.
+    """
+    heap = spread.heap
+    while heap:
+        at, kind, _, node, peer = heapq.heappop(heap)
+        if kind == _ANNOUNCE:
+            announce(model, spread, node, at)
+        elif kind == _INV:
+            if node not in spread.source and node not in spread.arrival:
+                fetch(model, spread, node, peer, at)
+        elif node not in spread.arrival:
+            verdict = gate(node)
+            spread.arrival[node] = at
+            if verdict == STOP:
+                spread.waiting = node
+                return node, peer, at
+            if verdict == PASS:
+                accept(model, spread, node, at)
+    return None
+
+
+def earliest_arrivals(
+    model: LinkModel,
+    origin: int,
+    start_ms: float,
+    sizes: Sizes = Sizes(0, 0, 0),
+    refuses: frozenset[int] = frozenset(),
+) -> Spread:
+    """The finished search of a tx accepted at ``origin`` at ``start_ms`` when every node takes
+    it in except ``refuses`` (they get it but do not pass it on): ``arrival`` holds each node's
+    arrival time. The search the simulator runs, without events (tests and benchmarks)."""
+    spread = Spread(sizes)
+    accept(model, spread, origin, start_ms)
+    while (stop := advance(model, spread, _stop_everywhere)) is not None:
+        node, _, at = stop
+        spread.waiting = -1
+        if node not in refuses:
+            accept(model, spread, node, at)
+    return spread
+
+
+def _stop_everywhere(node: int) -> int:
+    return STOP
+
+
+class FlowNode(Protocol):
+    """What the flow needs of a node: its index and, for full nodes, the tx intake."""
+
+    def on_deliver_tx(self, txid: TxId, raw: bytes, src: int) -> None:
+        """The tx lands from neighbour ``src``: admit it (and, if admitted, ``on_accepted``)."""
+
+
+class Counters(Protocol):
+    """Where the flow's messages are charged (``simulator.network.Network``)."""
+
+    messages: int
+    bytes_sent: int
+
+
+@final
+class TxFlow:
+    """The simulator's ``network.tx_relay = "flow"``: one search per tx, events at full nodes.
+
+    ``is_full(node)``: runs the core (gets events); ``learn(node, txid)``: a relay-only node
+    learns the tx, False if it knew it (then it does not pass it on, as in the messages model).
+    """
+
+    def __init__(
+        self,
+        model: LinkModel,
+        engine: Engine,
+        nodes: Sequence[FlowNode],
+        full_nodes: int,
+        learn: Callable[[int, bytes], bool],
+        counters: Counters,
+    ) -> None:
+        self.model = model
+        self.engine = engine
+        self.nodes = nodes
+        self.full_nodes = full_nodes
+        self.learn = learn
+        self.counters = counters
+        self._spreads: dict[bytes, tuple[Spread, bytes]] = {}
+        """Txs still spreading: their search and bytes."""
+        self._delivering: bytes | None = None
+        self.frames = Frames()
+        self._prune_at = FRAMES_PRUNE_AT
+        self.by_type: Counter[str] = Counter()
+        """Messages the flow counted, by wire type (``inv``, ``getdata``, ``tx``)."""
+
+    def on_accepted(self, node: int, txid: bytes, raw: bytes) -> None:
+        """``node`` admitted the tx (offered by the wallet, or delivered by the flow)."""
+        now = self.engine.now_ms
+        found = self._spreads.get(txid)
+        if found is None:
+            spread = Spread(tx_sizes(txid, raw), frames=self.frames)
+            self._spreads[txid] = (spread, raw)
+            accept(self.model, spread, node, now)
+            self._advance(txid, spread, raw)
+            return
+        spread = found[0]
+        accept(self.model, spread, node, now)
+        if self._delivering != txid and spread.waiting < 0:  # pragma: no cover - no such path
+            self._advance(txid, spread, raw)
+
+    def _advance(self, txid: bytes, spread: Spread, raw: bytes) -> None:
+        full, learn = self.full_nodes, self.learn
+
+        def gate(node: int) -> int:
+            if node < full:
+                return STOP
+            return PASS if learn(node, txid) else KEEP  # KEEP: it knew it (from a block)
+
+        before = (spread.invs, spread.inv_frames, spread.fetches, spread.getdata_frames)
+        stop = advance(self.model, spread, gate)
+        self._charge(spread, before)
+        if stop is None:
+            del self._spreads[txid]
+            return
+        node, source, at = stop
+        self.engine.schedule_at(at, self._deliver, txid, node, source)
+
+    def _charge(self, spread: Spread, before: tuple[int, int, int, int]) -> None:
+        """Count the messages and bytes the search sent since ``before`` (its counters then)."""
+        invs = spread.invs - before[0]
+        inv_frames = spread.inv_frames - before[1]
+        fetches = spread.fetches - before[2]
+        getdata_frames = spread.getdata_frames - before[3]
+        sizes, counters = spread.sizes, self.counters
+        counters.messages += inv_frames + getdata_frames + fetches
+        counters.bytes_sent += (
+            inv_frames * sizes.inv
+            + getdata_frames * sizes.getdata
+            + (invs - inv_frames + fetches - getdata_frames) * ITEM_BYTES
+            + fetches * sizes.tx
+        )
+        self.by_type["inv"] += inv_frames
+        self.by_type["getdata"] += getdata_frames
+        self.by_type["tx"] += fetches
+        if len(self.frames.invs) > self._prune_at:
+            self.frames.prune(self.engine.now_ms)
+            self._prune_at = max(FRAMES_PRUNE_AT, 2 * len(self.frames.invs))
+
+    def _deliver(self, txid: bytes, node: int, source: int) -> None:
+        spread, raw = self._spreads[txid]
+        spread.waiting = -1
+        self._delivering = txid
+        try:
+            self.nodes[node].on_deliver_tx(TxId(txid), raw, source)
+        finally:
+            self._delivering = None
+        self._advance(txid, spread, raw)
+
+    @property
+    def spreading(self) -> int:
+        """Txs whose search is not finished."""
+        return len(self._spreads)
+
+
+__all__ = [
+    "ITEM_BYTES",
+    "KEEP",
+    "PASS",
+    "STOP",
+    "TICK_MS",
+    "Frames",
+    "LinkModel",
+    "Sizes",
+    "Spread",
+    "TxFlow",
+    "accept",
+    "advance",
+    "announce",
+    "earliest_arrivals",
+    "fetch",
+    "tx_sizes",
+]

@@ -1,0 +1,183 @@
+"""simulator/txflow.py on its own: hand-computed arrivals on small graphs with known tick phases.
+
+Each node announces a tx at the first point of its 250 ms grid strictly after it took the tx in;
+a neighbour fetches from the first announcer it hears (getdata back, tx forth). Delays per message:
+size * 8 / rate + latency + processing.
+"""
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from simulator.scenario import ScenarioError, load_scenario
+from simulator.simulation import WALL_FIELDS, Simulation
+from simulator.txflow import (
+    STOP,
+    Frames,
+    LinkModel,
+    Sizes,
+    Spread,
+    accept,
+    advance,
+    earliest_arrivals,
+)
+
+INF = math.inf
+
+
+def _model(
+    edges: dict[tuple[int, int], float],
+    phases: Sequence[float],
+    processing_ms: float = 0.0,
+    upload: Sequence[float] | None = None,
+) -> LinkModel:
+    n = len(phases)
+    neighbours: list[list[int]] = [[] for _ in range(n)]
+    latency: list[dict[int, float]] = [{} for _ in range(n)]
+    for (a, b), ms in sorted(edges.items()):
+        neighbours[a].append(b)
+        neighbours[b].append(a)
+        latency[a][b] = latency[b][a] = ms
+    return LinkModel(
+        [sorted(p) for p in neighbours],
+        latency,
+        list(upload) if upload is not None else [INF] * n,
+        [INF] * n,
+        processing_ms,
+        lambda i: phases[i],
+    )
+
+
+def test_line_arrivals_wait_for_each_nodes_tick() -> None:
+    """0-1-2-3, 10 ms links, 2 ms processing, phases 0, 100, 50, 200: each hop is the wait for
+    the node's next tick plus three message delays of 12 ms (inv, getdata, tx)."""
+    model = _model({(0, 1): 10, (1, 2): 10, (2, 3): 10}, [0, 100, 50, 200], processing_ms=2)
+    spread = earliest_arrivals(model, origin=0, start_ms=0.0)
+    # 0 ticks at 250 (strictly after 0): 1 hears at 262, has it at 286; 1 ticks at 350: 2 has
+    # it at 350 + 36; 2 ticks at 550: 3 has it at 586
+    assert spread.arrival == {0: 0.0, 1: 286.0, 2: 386.0, 3: 586.0}
+    assert spread.tick == {0: 250.0, 1: 350.0, 2: 550.0, 3: 700.0}
+    assert (spread.invs, spread.fetches) == (3, 3)  # never back to the node it fetched from
+
+
+def test_line_transfer_time_at_link_rate() -> None:
+    """At 8 bits/ms (one byte per ms) a 40-byte inv, 40-byte getdata and 300-byte tx take
+    40, 40 and 300 ms on the wire, on top of the 10 ms latency and 2 ms processing."""
+    model = _model({(0, 1): 10}, [0, 0], processing_ms=2, upload=[8.0, 8.0])
+    spread = earliest_arrivals(model, 0, 0.0, Sizes(inv=40, getdata=40, tx=300))
+    assert spread.arrival == {0: 0.0, 1: 250.0 + 52 + 52 + 312}
+
+
+def test_star_centre_relays_to_the_leaves() -> None:
+    """Leaf 1 (phase 10) offers at 0; the centre (phase 20) has it at 40 and ticks at 270."""
+    model = _model({(0, 1): 10, (0, 2): 30, (0, 3): 50}, [20, 10, 0, 0])
+    spread = earliest_arrivals(model, origin=1, start_ms=0.0)
+    assert spread.arrival == {1: 0.0, 0: 40.0, 2: 270 + 90.0, 3: 270 + 150.0}
+    assert spread.source == {0: 1, 2: 0, 3: 0}
+    assert (spread.invs, spread.fetches) == (3, 3)
+
+
+def test_first_announcer_wins_even_when_slower() -> None:
+    """Node 3 hears of the tx from 1 first (at 320) and fetches it there over 1's slow
+    uplink (1 byte per ms), although 2's inv comes 20 ms later and 2 would deliver at 360:
+    a tx has one announcer, no fallback (p2p/relay.py)."""
+    model = _model(
+        {(0, 1): 10, (0, 2): 10, (1, 3): 10, (2, 3): 10},
+        [0, 50, 80, 0],
+        upload=[INF, 8.0, INF, INF],
+    )
+    spread = earliest_arrivals(model, 0, 0.0, Sizes(inv=10, getdata=10, tx=1000))
+    # 0 ticks at 250; 1: inv 260, getdata over its slow uplink (10 ms) 280, tx 290; 2: 280
+    assert spread.arrival[1] == 290.0
+    assert spread.arrival[2] == 280.0
+    # 1 ticks at 300: inv lands at 3 at 300 + 10 + 10 = 320; getdata 330; tx 330 + 1000 + 10
+    assert spread.source[3] == 1
+    assert spread.arrival[3] == 1340.0
+
+
+def test_no_inv_to_a_neighbour_whose_inv_came_first() -> None:
+    """Triangle: 1 (phase 10) and 2 (phase 200) get the tx from 0 at 280; 2 ticks first (450)
+    and its inv reaches 1 before 1's tick (510), so 1 announces to nobody (0 sent it the tx,
+    2 is known to have it)."""
+    model = _model({(0, 1): 10, (0, 2): 10, (1, 2): 10}, [0, 10, 200])
+    spread = earliest_arrivals(model, 0, 0.0)
+    assert spread.arrival == {0: 0.0, 1: 280.0, 2: 280.0}
+    assert spread.tick == {0: 250.0, 1: 510.0, 2: 450.0}
+    # 0 -> 1, 0 -> 2, 2 -> 1
+    assert spread.invs == 3
+
+
+def test_a_refusing_node_does_not_pass_the_tx_on() -> None:
+    """A full node that refuses the tx (a conflict, a missing parent) gets it, keeps it out
+    of its pool and announces it to no one, so the line behind it never hears of it."""
+    model = _model({(0, 1): 10, (1, 2): 10}, [0, 0, 0])
+    spread = earliest_arrivals(model, 0, 0.0, refuses=frozenset({1}))
+    assert spread.arrival == {0: 0.0, 1: 280.0}
+
+
+# ------------------------------------------------------------------ in the simulator
+SETS = [
+    'network.delay="regions2019"',
+    "network.full_nodes=8",
+    "load.tps=10",
+    "miners.count=3",
+    "chain.milestone_interval_s=2",
+    "chain.block_rate=4",
+]
+
+
+def _scenario(tx_relay: str, seed: int = 1) -> Simulation:
+    sets = [*SETS, f'network.tx_relay="{tx_relay}"']
+    return Simulation(load_scenario(None, sets, nodes=30, duration_s=8, seed=seed))
+
+
+def test_flow_runs_deterministic_and_reaches_every_full_node() -> None:
+    """Same seed, same metrics; every tx any full node holds reached every full node (none is
+    refused in an honest run), and no tx search is left unfinished."""
+    runs = []
+    for _ in range(2):
+        sim = _scenario("flow")
+        result = sim.run()
+        runs.append({k: v for k, v in result.metrics.items() if k not in WALL_FIELDS})
+        assert sim.txflow is not None
+        assert sim.txflow.spreading == 0
+        offered = set(sim.recorder.tx_offered_ms)
+        for txid in offered:
+            holders = sim.known_txs.holders.get(txid)
+            knows = set(range(30)) if holders is None else holders
+            assert set(range(8)) <= knows, txid.hex()
+    assert runs[0] == runs[1]
+    assert runs[0]["txs_offered"] > 40
+
+
+def test_flow_costs_no_event_per_tx_at_relay_only_nodes() -> None:
+    """22 of the 30 nodes relay only: the flow run has far fewer events than the messages."""
+    events = {mode: _scenario(mode).run().events for mode in ("messages", "flow")}
+    assert events["flow"] < 0.8 * events["messages"]
+
+
+@pytest.mark.parametrize("sets", [['network.relay="push-all"'], ["network.late_nodes=1"]])
+def test_flow_needs_the_node_relay_of_always_on_nodes(sets: list[str]) -> None:
+    with pytest.raises(ScenarioError, match="tx_relay"):
+        load_scenario(None, ['network.tx_relay="flow"', "network.late_join_s=1", *sets])
+
+
+def test_flow_is_a_scenario_key_of_the_cli(tmp_path: Path) -> None:
+    scenario = load_scenario(None, ['network.tx_relay="flow"'])
+    assert scenario.network.tx_relay == "flow"
+    assert load_scenario(None).network.tx_relay == "messages"
+
+
+def test_txs_of_one_tick_share_one_inv_and_one_getdata_frame() -> None:
+    """Two txs node 0 takes in at 0 and 100 ms both go out at its 250 ms tick: node 1 gets one
+    ``inv`` frame with two items and answers with one ``getdata`` frame (P11 batching)."""
+    model = _model({(0, 1): 10}, [0, 0])
+    frames = Frames()
+    spreads = [Spread(Sizes(0, 0, 0), frames=frames) for _ in range(2)]
+    for spread, start in zip(spreads, (0.0, 100.0), strict=True):
+        accept(model, spread, 0, start)
+        assert advance(model, spread, lambda node: STOP) == (1, 0, 280.0)
+    counts = [(s.invs, s.inv_frames, s.fetches, s.getdata_frames) for s in spreads]
+    assert counts == [(1, 1, 1, 1), (1, 0, 1, 0)]
