@@ -7,7 +7,7 @@ ledger only when the best chain changes (§4.3, §4.4). An invalid block raises 
 nothing; a block with unknown links is held as an orphan ("not yet valid", never invalid).
 """
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +54,40 @@ from dagchain.transactions import (
 from dagchain.types import Address, BlockId, TxId
 
 INVALID_CACHE_SIZE = 10_000
+WINDOW_RING_CACHE = 1024
+"""S2 window rings kept (one per peer-chain tip in use; about 70 bytes per block of K each)."""
+
+
+class WindowRing:
+    """S2's window of one line of a peer chain (PROTOCOL.md §8.1: a per-root ring buffer).
+
+    The last (up to K) blocks of the line ending at a tip, oldest first, each as (work of its
+    target, timestamp of its milestone link), with their work summed: for a block whose previous
+    link is the tip, W is ``work`` and S is taken from ``oldest_ms_ts`` once the ring is full.
+    """
+
+    __slots__ = ("_ms_ts", "_works", "work")
+
+    def __init__(self, entries: list[tuple[int, int]]) -> None:
+        self._works: deque[int] = deque(w for w, _ in entries)
+        self._ms_ts: deque[int] = deque(t for _, t in entries)
+        self.work = sum(self._works)
+
+    @property
+    def oldest_ms_ts(self) -> int:
+        """ts(milestone_link(b_K)) for a child of the tip (the ring holds K blocks)."""
+        return self._ms_ts[0]
+
+    def push(self, entry: tuple[int, int], k: int) -> None:
+        """The tip's child joins the ring; the oldest block leaves it once there are K."""
+        work, ts = entry
+        works = self._works
+        if len(works) >= k:
+            self.work -= works.popleft()
+            self._ms_ts.popleft()
+        works.append(work)
+        self._ms_ts.append(ts)
+        self.work += work
 
 
 class BlockStatus(StrEnum):
@@ -126,6 +160,8 @@ class Chain:
         self._decode_cache = decode_cache
         self._level_sets = level_set_cache
         self._work_of_bits: dict[int, int] = {}
+        self._rings: OrderedDict[BlockId, WindowRing | None] = OrderedDict()
+        """S2 window rings by tip block id, least recently used first (``_ring_of``)."""
         self.signature_checks = 0
         """Transactions whose signatures were verified (not answered from the cache)."""
         self._open()
@@ -521,6 +557,7 @@ class Chain:
             pm = st.meta[h.previous_link]
             peer_height, root = pm.peer_height + 1, pm.root
         window = self._compute_window(h.previous_link, h.milestone_link, peer_height)
+        ms_link_ts = st.blocks[h.milestone_link].header.timestamp_ms
         meta = BlockMeta(
             st.next_seq,
             peer_height,
@@ -537,6 +574,7 @@ class Chain:
             )
         head = st.peer_heads.get(root)
         st.write_accept(block, meta, snapshot, head is None or peer_height > head[1])
+        self._advance_ring(block, peer_height, ms_link_ts)
         reorgs: tuple[Reorg, ...] = ()
         if is_milestone:
             reorg = self._fork_choice(bid)
@@ -546,25 +584,74 @@ class Chain:
     def _compute_window(
         self, previous_link: BlockId, milestone_link: BlockId, peer_height: int
     ) -> SortitionWindow:
-        """S2: W and S over the K previous blocks b_1..b_K (zero while m <= K)."""
+        """S2: W and S over the K previous blocks b_1..b_K (zero while m <= K).
+
+        §8.1: from the window ring of ``previous_link`` (its line's last K blocks, O(1)), not a
+        K-step walk; the ring is rebuilt by a walk only when it is not cached (a block on a
+        previous link that already has a child, the first block of a peer chain after a
+        reopen, a ring evicted from the LRU).
+        """
         k = self.params.sortition_warmup
         if peer_height <= k:
             return SortitionWindow(peer_height, 0, 0)
-        blocks = self.state.blocks
-        work = 0
-        cursor = previous_link
-        for _ in range(k - 1):
-            hdr = blocks[cursor].header
-            work += self._work(hdr.target)
-            cursor = hdr.previous_link
-        last = blocks[cursor].header
-        work += self._work(last.target)
+        ring = self._ring_of(previous_link)
         span = compute_window_span(
-            blocks[milestone_link].header.timestamp_ms,
-            blocks[last.milestone_link].header.timestamp_ms,
-            self.params,
+            self.state.blocks[milestone_link].header.timestamp_ms, ring.oldest_ms_ts, self.params
         )
-        return SortitionWindow(peer_height, work, span)
+        return SortitionWindow(peer_height, ring.work, span)
+
+    def _ring_of(self, tip: BlockId) -> WindowRing:
+        """The window ring of ``tip``'s line (cached, else walked from the stored blocks)."""
+        rings = self._rings
+        ring = rings.get(tip)
+        if ring is not None:
+            rings.move_to_end(tip)
+            return ring
+        blocks = self.state.blocks
+        ms_ts: dict[BlockId, int] = {}
+        entries: list[tuple[int, int]] = []
+        cursor = tip
+        gid = self.genesis.id
+        for _ in range(self.params.sortition_warmup):
+            if cursor == gid:
+                break
+            hdr = blocks[cursor].header
+            link = hdr.milestone_link
+            ts = ms_ts.get(link)
+            if ts is None:
+                ts = ms_ts[link] = blocks[link].header.timestamp_ms
+            entries.append((self._work(hdr.target), ts))
+            cursor = hdr.previous_link
+        entries.reverse()
+        ring = WindowRing(entries)
+        self._remember_ring(tip, ring)
+        return ring
+
+    def _remember_ring(self, tip: BlockId, ring: WindowRing) -> None:
+        rings = self._rings
+        rings[tip] = ring
+        if len(rings) > WINDOW_RING_CACHE:
+            rings.popitem(last=False)
+
+    def _advance_ring(self, block: Block, peer_height: int, ms_link_ts: int) -> None:
+        """After A1: the ring of the accepted block is its previous link's, moved one block on.
+
+        The previous link's ring is taken over (its line usually grows only through this
+        block); should the previous link get another child, its ring is walked again.
+        """
+        h = block.header
+        entry = (self._work(h.target), ms_link_ts)
+        if peer_height == 1:
+            ring = WindowRing([entry])
+        else:
+            ring_or_none = self._rings.pop(h.previous_link, None)
+            if ring_or_none is not None:
+                ring = ring_or_none
+            else:
+                ring = self._ring_of(h.previous_link)
+                del self._rings[h.previous_link]
+            ring.push(entry, self.params.sortition_warmup)
+        self._remember_ring(block.id, ring)
 
     def compute_window(self, previous_link: bytes, milestone_link: bytes) -> SortitionWindow:
         """S2 window of a prospective block on ``previous_link`` linking ``milestone_link``."""
