@@ -170,7 +170,8 @@ class Spread:
     from ``peer`` landing at ``node``, or the tx from ``peer`` landing at ``node``."""
     seq: int = 0
     source: dict[int, int] = field(default_factory=dict)
-    """Node -> the neighbour it fetches the tx from (the first announcer it heard)."""
+    """Node -> the neighbour it fetches the tx from (the first announcer it heard; -1 where
+    the tx entered the network): every node that has or fetches the tx."""
     best_inv: dict[int, float] = field(default_factory=dict)
     """Node -> the earliest ``inv`` arrival pushed so far (the search's tentative label)."""
     tick: dict[int, float] = field(default_factory=dict)
@@ -200,12 +201,13 @@ def accept(model: LinkModel, spread: Spread, node: int, at_ms: float) -> None:
     """``node`` took the tx in at ``at_ms`` (or was offered it there): it announces it at its
     next tick."""
     spread.arrival.setdefault(node, at_ms)
+    spread.source.setdefault(node, -1)
     spread.push(model.next_tick_ms(node, at_ms), _ANNOUNCE, node, -1)
 
 
 def announce(model: LinkModel, spread: Spread, node: int, tick_ms: float) -> None:
     """``node``'s tick: an ``inv`` to each neighbour not known to have the tx (P11)."""
-    ticks, best, fetching, arrival = spread.tick, spread.best_inv, spread.source, spread.arrival
+    ticks, best, fetching = spread.tick, spread.best_inv, spread.source
     ticks[node] = tick_ms
     source = fetching.get(node, -1)
     outs, backs = model.inv_delays(spread.sizes.inv)
@@ -224,7 +226,7 @@ def announce(model: LinkModel, spread: Spread, node: int, tick_ms: float) -> Non
         elif peer not in framed:
             framed.add(peer)
             new_frames += 1
-        if peer in fetching or peer in arrival:
+        if peer in fetching:
             continue  # it has the tx, or fetches it from its first announcer
         at = tick_ms + out
         if at < best.get(peer, math.inf):
@@ -266,7 +268,7 @@ def advance(
         if kind == _ANNOUNCE:
             announce(model, spread, node, at)
         elif kind == _INV:
-            if node not in spread.source and node not in spread.arrival:
+            if node not in spread.source:
                 fetch(model, spread, node, peer, at)
         elif node not in spread.arrival:
             verdict = gate(node)

@@ -75,7 +75,7 @@ def test_star_centre_relays_to_the_leaves() -> None:
     model = _model({(0, 1): 10, (0, 2): 30, (0, 3): 50}, [20, 10, 0, 0])
     spread = earliest_arrivals(model, origin=1, start_ms=0.0)
     assert spread.arrival == {1: 0.0, 0: 40.0, 2: 270 + 90.0, 3: 270 + 150.0}
-    assert spread.source == {0: 1, 2: 0, 3: 0}
+    assert spread.source == {1: -1, 0: 1, 2: 0, 3: 0}
     assert (spread.invs, spread.fetches) == (3, 3)
 
 

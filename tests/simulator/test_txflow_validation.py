@@ -7,7 +7,8 @@ of which 25 full, 10 tx/s, four seeds, both models on the same seeds) this modul
 - per-(tx, full node) arrival delay (offer to delivery), pooled over seeds: p50 and p90 within
   5 % or 20 ms;
 - confirmed tx/s and median confirmation latency: the mean over seeds within 3 standard errors
-  (of the difference of the two means).
+  (of the difference of the two means);
+- ``inv``, ``getdata`` and ``tx`` messages per tx offered within 5 %.
 
 The full validation the issue asks for (500 nodes, 50 full, 10 and 100 tx/s, >= 10 seeds) is
 bench/txflow_validation.py; its result is in docs/benchmarks.md.
@@ -15,6 +16,7 @@ bench/txflow_validation.py; its result is in docs/benchmarks.md.
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -42,6 +44,9 @@ class Measured:
     delays: list[float]
     throughput_tps: float
     latency_p50_s: float
+    txs_offered: int
+    by_type: Counter[str]
+    """Messages sent, by wire type (the flow's and the messages' own together)."""
 
 
 def measure(tx_relay: str, seed: int, sets: list[str], nodes: int, duration_s: float) -> Measured:
@@ -51,6 +56,7 @@ def measure(tx_relay: str, seed: int, sets: list[str], nodes: int, duration_s: f
     )
     scenario = scenario.model_copy(update={"seed": seed})
     sim = Simulation(scenario)
+    sim.network.sent_by_type = Counter()
     first: dict[tuple[bytes, int], float] = {}
     original = SimNode.on_deliver_tx
 
@@ -63,7 +69,18 @@ def measure(tx_relay: str, seed: int, sets: list[str], nodes: int, duration_s: f
         metrics = sim.run().metrics
     offered = sim.recorder.tx_offered_ms
     delays = sorted(at - offered[txid] for (txid, _), at in first.items() if txid in offered)
-    return Measured(delays, metrics["throughput_tps"], metrics["confirmation_latency_s"]["p50"])
+    by_type: Counter[str] = Counter()
+    for (_, kind), count in sim.network.sent_by_type.items():
+        by_type[kind] += count
+    if sim.txflow is not None:
+        by_type.update(sim.txflow.by_type)
+    return Measured(
+        delays,
+        metrics["throughput_tps"],
+        metrics["confirmation_latency_s"]["p50"],
+        len(offered),
+        by_type,
+    )
 
 
 def within_quantile(flow: list[float], messages: list[float], q: float) -> tuple[bool, str]:
@@ -111,3 +128,13 @@ def test_confirmation_latency_matches_the_messages(runs: dict[str, list[Measured
         [r.latency_p50_s for r in runs["flow"]], [r.latency_p50_s for r in runs["messages"]]
     )
     assert ok, text
+
+
+@pytest.mark.parametrize("kind", ["inv", "getdata", "tx"])
+def test_messages_per_tx_match_the_messages(runs: dict[str, list[Measured]], kind: str) -> None:
+    """Per tx offered, within 5 % (``inv`` and ``getdata`` include the blocks' own)."""
+    per_tx = {
+        mode: sum(r.by_type[kind] for r in rs) / sum(r.txs_offered for r in rs)
+        for mode, rs in runs.items()
+    }
+    assert abs(per_tx["flow"] / per_tx["messages"] - 1) <= 0.05, per_tx
