@@ -50,8 +50,8 @@ class PowerLossMount:
     """One mount of the power-loss filesystem; ``backing`` keeps only durable bytes.
 
     ``start()`` mounts ``backing``'s content at ``mountpoint``; ``cut(mode, seed)`` cuts the power
-    (see ``surviving_writes``) and unmounts; ``unmount()`` is a clean shutdown (everything made
-    durable); ``close()`` always leaves nothing mounted and no process behind (call it in a
+    (see ``surviving_writes``); ``sync()`` makes everything durable, as a clean shutdown would;
+    ``close()`` unmounts and always leaves nothing mounted and no process behind (call it in a
     fixture's teardown, also after a failure).
     """
 
@@ -87,13 +87,13 @@ class PowerLossMount:
         return status
 
     def cut(self, mode: CutMode = "all", seed: int = 0) -> None:
-        """Cut the power: the mount freezes (EIO) at once and is detached; ``backing`` holds the
-        surviving bytes. Kill the processes using the mount, then ``close()`` to wait for exit."""
+        """Cut the power: the surviving bytes are final in ``backing`` and every operation on the
+        mount fails (EIO) until ``close()``; kill the processes using it before that."""
         self._expect_ok(self._command(f"cut {mode} {seed}"))
 
-    def unmount(self) -> None:
-        """A clean shutdown: everything written is made durable, then the mount is detached."""
-        self._expect_ok(self._command("unmount"))
+    def sync(self) -> None:
+        """What a clean shutdown does first: everything written is made durable."""
+        self._expect_ok(self._command("sync"))
 
     def close(self, timeout: float = EXIT_TIMEOUT_S) -> None:
         """Wait for the server to exit (killing it after ``timeout``) and detach the mount."""
@@ -160,11 +160,17 @@ class PowerLossDisk:
         self.mount.start()
         return self.mount
 
-    def cut(self, mode: CutMode = "all", seed: int = 0) -> None:
-        """Cut the power (see ``surviving_writes``); the mount is gone afterwards."""
+    def freeze(self, mode: CutMode = "all", seed: int = 0) -> None:
+        """Cut the power but keep the dead disk mounted (every operation fails) until ``close()``:
+        kill the processes using it in between, or one could write to the bare mountpoint."""
         if self.mount is None:
             raise PowerFsError("the disk is not mounted")
         self.mount.cut(mode, seed)
+
+    def cut(self, mode: CutMode = "all", seed: int = 0) -> None:
+        """Cut the power (see ``surviving_writes``) and unmount: for tests whose own process is
+        the only user of the disk."""
+        self.freeze(mode, seed)
         self.close()
 
     def close(self) -> None:

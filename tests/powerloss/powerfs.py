@@ -16,10 +16,11 @@ holds the durable state only: its file entries are hard links to ``WORKDIR/stash
 file per inode holding that inode's durable bytes, so fsync of a file updates every durable name
 of it at once and fsync of a directory only relinks names. Each file's unsynced writes wait in
 memory, in order. ``cut`` (the power cut) freezes the mount (every later operation fails with
-EIO), keeps none, a seeded random subset, or all but a torn last one of the unsynced writes,
-removes the stash and unmounts: ``BACKING`` is left holding exactly the surviving bytes. The
-child also cuts the power when its stdin closes (the test process died), so a crashed test never
-leaves a mount behind.
+EIO, so a process still running can neither change the disk nor write through to the
+mountpoint's own directory), keeps none, a seeded random subset, or all but a torn last one of
+the unsynced writes and removes the stash: ``BACKING`` holds exactly the surviving bytes. When
+its stdin closes the child detaches the mount and exits, cutting the power first if that was not
+done (so a crashed test never leaves a mount behind).
 
 The server imports mfusepy (libfuse3 through ctypes) only when run as a program, so the model
 (``surviving_writes``) imports without it.
@@ -223,7 +224,9 @@ class PowerLossOperations:
             shutil.rmtree(self.stash, ignore_errors=True)
 
     def sync_everything(self) -> None:
+        """What a clean shutdown does: every unsynced write and entry made durable."""
         with self._mutex:
+            self._check()
             for file_id in sorted(self.pending):
                 self._apply(file_id, [(w, None) for w in self.pending[file_id]])
             self.pending.clear()
@@ -425,14 +428,14 @@ def _server_main(argv: list[str]) -> int:  # pragma: no cover - runs in the chil
             if words[:1] == ["status"]:
                 print(json.dumps(ops.status()), flush=True)
             elif words[:1] == ["cut"] and len(words) == 3 and words[1] in CUT_MODES:
+                # The durable state is final and every operation fails from now on, but the
+                # mount stays until stdin closes: a process still running cannot fall through
+                # to the mountpoint's own directory and write there.
                 ops.cut(words[1], int(words[2]))
-                print("ok", flush=True)  # the durable state is final: answer, then power off
-                power_off()
-            elif words[:1] == ["unmount"]:
-                ops.sync_everything()
-                ops.cut("all", 0)
                 print("ok", flush=True)
-                power_off()
+            elif words[:1] == ["sync"]:
+                ops.sync_everything()
+                print("ok", flush=True)
             else:
                 print(f"error: unknown command {line.strip()!r}", flush=True)
         ops.cut("all", 0)

@@ -44,7 +44,7 @@ def test_keys_written_before_a_synced_write_survive_a_power_cut(
     plyvel.DB(path, create_if_missing=True).close()  # see the next test for why
     db = plyvel.DB(path, write_buffer_size=64 * 1024, paranoid_checks=True)
     last_synced = write_keys(db)
-    disk.cut(mode, seed)
+    disk.freeze(mode, seed)
     db.close()
     disk.boot()
     db = plyvel.DB(path, paranoid_checks=True)
@@ -69,7 +69,7 @@ def test_new_database_is_not_durable_until_reopened(disk: PowerLossDisk) -> None
     db = plyvel.DB(path, create_if_missing=True)
     for i in range(10):
         db.put(key(i), b"v", sync=True)
-    disk.cut()
+    disk.freeze()
     db.close()
     disk.boot()
     with pytest.raises(plyvel.CorruptionError, match="no meta-nextfile entry"):
@@ -90,7 +90,7 @@ def test_store_reopened_keeps_every_committed_batch(disk: PowerLossDisk) -> None
     for i in range(300):
         with store.write_batch() as batch:
             batch.put(key(i), os.urandom(200))
-    disk.cut("torn", 5)
+    disk.freeze("torn", 5)
     store.close()
     disk.boot()
     store = LevelDBStore(path)
@@ -114,7 +114,7 @@ def test_new_store_keeps_committed_batches_across_a_power_cut(disk: PowerLossDis
     for i in range(20):
         with store.write_batch() as batch:
             batch.put(key(i), b"block")
-    disk.cut()
+    disk.freeze()
     store.close()
     disk.boot()
     store = LevelDBStore(path)  # StorageError: "... is corrupted: ... no meta-nextfile entry"

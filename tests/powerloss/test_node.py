@@ -56,7 +56,7 @@ def submit_acknowledged(node: NodeProcess, factory: BlockFactory, count: int) ->
 
 def cut_and_restart(disk: PowerLossDisk, node: NodeProcess, mode: CutMode, seed: int) -> None:
     """Cut the power under the running node, kill it, boot the disk and start the node again."""
-    disk.cut(mode, seed)
+    disk.freeze(mode, seed)
     node.kill()
     restart_after_cut(disk, node)
 

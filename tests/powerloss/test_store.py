@@ -56,7 +56,7 @@ def test_power_cuts_at_random_points_lose_nothing_acknowledged(
             acks, done = read_acks(proc, rng.randrange(0, 30))
             assert not done, "the DAG ran out before the last cut; make it longer"
             time.sleep(rng.uniform(0, 0.004))  # a random instant inside the next batch
-            disk.cut(CUT_MODES[cut % len(CUT_MODES)], rng.randrange(1 << 30))
+            disk.freeze(CUT_MODES[cut % len(CUT_MODES)], rng.randrange(1 << 30))
         finally:
             proc.kill()
         rest, _ = read_acks(proc, None)  # printed before the cut: durable, acknowledged too
