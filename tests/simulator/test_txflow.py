@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET
+from dagchain.transactions import Transaction, TxKind, TxOut, sign_transaction
+from dagchain.types import TxId
 from simulator.scenario import ScenarioError, load_scenario
+from simulator.sim_node import SimNode
 from simulator.simulation import WALL_FIELDS, Simulation
 from simulator.txflow import (
     STOP,
@@ -181,3 +185,52 @@ def test_txs_of_one_tick_share_one_inv_and_one_getdata_frame() -> None:
         assert advance(model, spread, lambda node: STOP) == (1, 0, 280.0)
     counts = [(s.invs, s.inv_frames, s.fetches, s.getdata_frames) for s in spreads]
     assert counts == [(1, 1, 1, 1), (1, 0, 1, 0)]
+
+
+@pytest.mark.parametrize("tx_relay", ["messages", "flow"])
+def test_a_node_that_refuses_a_tx_does_not_pass_it_on(tx_relay: str) -> None:
+    """Two txs spending one faucet output enter at opposite ends of a 12-node ring: each node
+    admits the one it hears of first and refuses the other (a pool conflict, §7.5), and every
+    delivery of a tx comes from a node that admitted it, in both models."""
+    sets = [
+        'network.delay="fixed:0.05"',
+        'network.topology="ring"',
+        "miners.count=1",
+        f'network.tx_relay="{tx_relay}"',
+    ]
+    sim = Simulation(load_scenario(None, sets, nodes=12, duration_s=3, seed=2))
+    params, genesis = sim.params, sim.observer.chain.genesis_id
+    txs = [
+        sign_transaction(
+            TxKind.TRANSFER,
+            [(TxId(genesis), 0)],
+            [TxOut(params.faucet_amount - fee, FAUCET_ADDRESS)],
+            [FAUCET_SECRET],
+            params,
+        )
+        for fee in (1_000, 2_000)
+    ]
+
+    def offer(node: SimNode, tx: Transaction) -> None:
+        node.offer_tx(tx.txid, tx.raw)
+
+    for tx, node in zip(txs, (0, 6), strict=True):
+        sim.engine.schedule_at(10.0, offer, sim.full_nodes[node], tx)
+    deliveries: list[tuple[bytes, int, int, bool]] = []
+    original = SimNode.on_deliver_tx
+
+    def spy(self: SimNode, txid: TxId, raw: bytes, src: int) -> None:
+        original(self, txid, raw, src)
+        deliveries.append((txid, self.index, src, txid in self.mempool))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SimNode, "on_deliver_tx", spy)
+        sim.run()
+    admitted = {(txid, node) for txid, node, _, taken in deliveries if taken}
+    admitted |= {(txs[0].txid, 0), (txs[1].txid, 6)}
+    assert all((txid, src) in admitted for txid, _, src, _ in deliveries)
+    refused = [(txid, node) for txid, node, _, taken in deliveries if not taken]
+    assert refused, "no node refused either tx"
+    holders = {node for _, node in admitted}
+    assert holders == set(range(12)), "every node admits one of the two"
+    assert len(admitted) == 12
