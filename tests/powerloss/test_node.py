@@ -29,10 +29,10 @@ pytestmark = pytest.mark.integration
 
 BLOCKS = 30
 STREAM_BLOCKS = 900
-SYNC_BLOCKS = 400
+SYNC_BLOCKS = 300
 ROUNDS = 8
 CUT_TIMEOUT_S = 20.0
-WRITE_ERROR_EXIT_S = 3.0
+WRITE_ERROR_EXIT_S = 2.0
 
 
 class NodeDidNotRestart(Exception):
