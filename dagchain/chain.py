@@ -7,7 +7,8 @@ ledger only when the best chain changes (§4.3, §4.4). An invalid block raises 
 nothing; a block with unknown links is held as an orphan ("not yet valid", never invalid).
 """
 
-from collections import OrderedDict, deque
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,37 +56,57 @@ from dagchain.types import Address, BlockId, TxId
 
 INVALID_CACHE_SIZE = 10_000
 WINDOW_RING_CACHE = 1024
-"""S2 window rings kept (one per peer-chain tip in use; about 70 bytes per block of K each)."""
+"""S2 window rings kept (one per peer-chain tip in use; 16 bytes per block of K each)."""
 
 
 class WindowRing:
     """S2's window of one line of a peer chain (PROTOCOL.md §8.1: a per-root ring buffer).
 
-    The last (up to K) blocks of the line ending at a tip, oldest first, each as (work of its
-    target, timestamp of its milestone link), with their work summed: for a block whose previous
-    link is the tip, W is ``work`` and S is taken from ``oldest_ms_ts`` once the ring is full.
+    The last (up to K) blocks of the line ending at a tip, each as (work of its target,
+    timestamp of its milestone link), with their work summed: for a block whose previous link is
+    the tip, W is ``work`` and S is taken from ``oldest_ms_ts`` once the ring is full. A circular
+    buffer in two machine-integer arrays (16 bytes a block; the works become a list only if one
+    does not fit in 64 bits); ``_start`` is the oldest slot once the ring is full.
     """
 
-    __slots__ = ("_ms_ts", "_works", "work")
+    __slots__ = ("_ms_ts", "_start", "_works", "work")
 
     def __init__(self, entries: list[tuple[int, int]]) -> None:
-        self._works: deque[int] = deque(w for w, _ in entries)
-        self._ms_ts: deque[int] = deque(t for _, t in entries)
-        self.work = sum(self._works)
+        """``entries``: (work, milestone-link timestamp) of each block, oldest first."""
+        self._works: array[int] | list[int] = array("Q")
+        self._ms_ts: array[int] = array("q")
+        self._start = 0
+        self.work = 0
+        for work, ts in entries:
+            self._append(work, ts)
 
     @property
     def oldest_ms_ts(self) -> int:
         """ts(milestone_link(b_K)) for a child of the tip (the ring holds K blocks)."""
-        return self._ms_ts[0]
+        return self._ms_ts[self._start]
 
     def push(self, entry: tuple[int, int], k: int) -> None:
         """The tip's child joins the ring; the oldest block leaves it once there are K."""
         work, ts = entry
-        works = self._works
-        if len(works) >= k:
-            self.work -= works.popleft()
-            self._ms_ts.popleft()
-        works.append(work)
+        if len(self._ms_ts) < k:
+            self._append(work, ts)
+            return
+        start = self._start
+        self.work -= self._works[start]
+        try:
+            self._works[start] = work
+        except OverflowError:
+            self._works = list(self._works)
+            self._works[start] = work
+        self._ms_ts[start] = ts
+        self._start = (start + 1) % k
+        self.work += work
+
+    def _append(self, work: int, ts: int) -> None:
+        try:
+            self._works.append(work)
+        except OverflowError:
+            self._works = [*self._works, work]
         self._ms_ts.append(ts)
         self.work += work
 

@@ -21,7 +21,7 @@ import pytest
 
 import dagchain.state
 from dagchain.blocks import Block
-from dagchain.chain import BlockStatus, Chain
+from dagchain.chain import BlockStatus, Chain, WindowRing
 from dagchain.params import DEVNET, ConsensusParams
 from dagchain.pow import compute_work, decode_compact
 from dagchain.sortition import SortitionWindow, compute_window_span
@@ -297,3 +297,20 @@ def test_next_block_of_a_slow_peer_chain_reads_no_window_from_the_store(
     steady = [(t, a) for m, t, a in reads if m > k + 1]
     assert steady, reads
     assert all(t == 0 and a <= 1 for t, a in steady), reads
+
+
+def test_window_ring_is_the_last_k_blocks_whatever_their_work() -> None:
+    """The circular buffer behind S2 (``WindowRing``) against a plain list: W is the sum of the
+    last K works and the oldest timestamp is the K-th block's, also once a work needs more than
+    64 bits (the ring's machine-integer array then gives way to a list)."""
+    rng = random.Random(5)
+    k = 7
+    plain: list[tuple[int, int]] = [(3, 10), (5, 11)]
+    ring = WindowRing(plain)
+    for n in range(60):
+        work = 2**70 + n if n in (20, 41) else rng.randrange(1, 2**20)
+        entry = (work, 1_000 + n)
+        ring.push(entry, k)
+        plain = [*plain, entry][-k:]
+        assert ring.work == sum(w for w, _ in plain)
+        assert ring.oldest_ms_ts == plain[0][1]
