@@ -9,7 +9,10 @@ node i dials node i-1), ``--miners`` (default 1) ``dagchain-miner`` processes, m
 i mod M with its own datadir and payout address, then ``dagchain-wallet --devnet-faucet load``
 against node1 (node0 if M = 1) for ``--duration`` seconds (default 120). ``--miner-rate`` is the
 TOTAL block rate cap: each of the N miners runs with ``--rate miner_rate / N``, so the network's
-block rate does not change with N.
+block rate does not change with N. The block rate the miners reached during the load phase is
+printed beside it (``block rate reached``). ``--miner-rate 8,16,32`` is a sweep: one run per rate
+(each a fresh devnet, this script again with that rate), then a table of the block rate reached,
+confirmed tx/s, latency p50/p90 and the duplicate rate per rate: the devnet's capacity curve.
 
 Prints the CPU seconds and share of one core that each process used during the load phase (from
 /proc/<pid>/stat); then, from a walk of the load node's best chain over the run (every level set
@@ -232,12 +235,67 @@ def report_duplicates(
     )
 
 
+def rates(text: str) -> list[float]:
+    """``--miner-rate``: one positive block rate, or a comma-separated list (a sweep)."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or a list of numbers: {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError("block rates must be positive")
+    return values
+
+
+SWEEP_FIELDS = {
+    "block rate reached": "block rate reached: ",
+    "confirmed_tps": "confirmed_tps: ",
+    "latency_s": "latency_s: ",
+    "duplicate_rate": "duplicate_rate: ",
+}
+
+
+def sweep(miner_rates: list[float]) -> int:
+    """One run of this script per block rate, then the capacity curve as a table."""
+    argv = sys.argv[1:]
+    at = next(i for i, a in enumerate(argv) if a.startswith("--miner-rate"))
+    rest = argv[:at] + argv[at + (1 if "=" in argv[at] else 2) :]
+    rows: list[tuple[float, dict[str, str]]] = []
+    for rate in miner_rates:
+        print(f"=== --miner-rate {rate:g}", flush=True)
+        run = subprocess.run(
+            [PY, __file__, *rest, "--miner-rate", str(rate)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        print(run.stdout, end="", flush=True)
+        found = {
+            name: line[len(prefix) :].split(" (")[0].strip()
+            for line in run.stdout.splitlines()
+            for name, prefix in SWEEP_FIELDS.items()
+            if line.startswith(prefix)
+        }
+        if run.returncode != 0:
+            print(run.stderr[-2000:], file=sys.stderr)
+        rows.append((rate, found))
+    print("\ncapacity curve (miner rate asked -> reached, confirmed tx/s, latency, duplicates)")
+    print(f"{'asked':>6} | {'reached':>30} | {'confirmed tx/s':>14} | latency | duplicates")
+    for rate, found in rows:
+        cells = [found.get(name, "-") for name in SWEEP_FIELDS]
+        print(f"{rate:6g} | {cells[0]:>30} | {cells[1]:>14} | {cells[2]} | {cells[3]}")
+    return 0 if all(len(found) == len(SWEEP_FIELDS) for _, found in rows) else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=120.0)
     ap.add_argument("--rate", type=float, default=1024.0)
     ap.add_argument(
-        "--miner-rate", type=float, default=12.0, help="total blocks/s, split over the miners"
+        "--miner-rate",
+        type=rates,
+        default=[12.0],
+        help="total blocks/s, split over the miners; a comma-separated list is a sweep",
     )
     ap.add_argument("--nodes", type=int, default=3, help="devnet nodes in a line (>= 1)")
     ap.add_argument("--miners", type=int, default=1, help="miners; miner i on node i mod M")
@@ -254,6 +312,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not 1 <= args.nodes <= 16 or not 1 <= args.miners <= 32:
         ap.error("--nodes must be 1..16 and --miners 1..32")
+    if len(args.miner_rate) > 1:
+        return sweep(args.miner_rate)
+    args.miner_rate = args.miner_rate[0]
 
     root = Path(tempfile.mkdtemp(prefix="dagchain-tps-"))
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -358,6 +419,12 @@ def main() -> int:
                 for name in procs:
                     used = after[name] - before.get(name, 0.0)
                     print(f"  cpu {name:6s} {used:7.1f} s  {100 * used / wall:5.0f} %")
+                mined = sum(miner_blocks(d) - blocks_before.get(n, 0) for n, _, d in miners)
+                print(
+                    f"block rate reached: {mined / wall:.2f} blocks/s "
+                    f"(asked {args.miner_rate:g}; {mined} blocks in the load phase)",
+                    flush=True,
+                )
         summary, _ = load.communicate(timeout=args.duration + 400)
         try:
             report_chain(
