@@ -73,8 +73,10 @@ class LevelDBStore:
         self._sync = sync
         self._plyvel: Any = plyvel
         _check_directory(Path(self.path))
-        try:
-            self._db: Any = plyvel.DB(
+        new = create_if_missing and not (Path(self.path) / "CURRENT").exists()
+
+        def open_db() -> Any:
+            return plyvel.DB(
                 self.path,
                 create_if_missing=create_if_missing,
                 paranoid_checks=True,
@@ -84,6 +86,16 @@ class LevelDBStore:
                 compression=COMPRESSION,
                 max_open_files=MAX_OPEN_FILES,
             )
+
+        try:
+            self._db: Any = open_db()
+            if new:
+                # LevelDB 1.22 (plyvel's) neither fsyncs a new database's first MANIFEST nor
+                # the directory after CURRENT's rename: until the database is opened again, a
+                # power cut leaves CURRENT naming an empty MANIFEST and every synced write is
+                # unreadable (issue 26, tests/powerloss). Reopening writes a synced MANIFEST.
+                self._db.close()
+                self._db = open_db()
         except plyvel.Error as exc:
             raise self._error("cannot open", exc) from None
         if verify:

@@ -112,15 +112,10 @@ def test_store_reopened_keeps_every_committed_batch(disk: PowerLossDisk) -> None
         store.close()
 
 
-@pytest.mark.xfail(
-    raises=StorageError,
-    strict=True,
-    reason="issue 26: a new LevelDBStore is not durable until reopened (LevelDB 1.22); "
-    "dagchain/storage/leveldb.py should reopen a database it has just created",
-)
 def test_new_store_keeps_committed_batches_across_a_power_cut(disk: PowerLossDisk) -> None:
-    """A fresh datadir: every batch the store committed (the node then answers 202) must
-    survive a power cut. Today the whole database is unreadable after one (issue 26)."""
+    """A fresh datadir: every batch the store committed (the node then answers 202) survives a
+    power cut. Regression (issue 26): the whole database was unreadable after one ("no
+    meta-nextfile entry") until LevelDBStore reopened a database it had just created."""
     path = disk.path / "chain"
     store = LevelDBStore(path)
     for i in range(20):
@@ -129,7 +124,7 @@ def test_new_store_keeps_committed_batches_across_a_power_cut(disk: PowerLossDis
     disk.freeze()
     store.close()
     disk.boot()
-    store = LevelDBStore(path)  # StorageError: "... is corrupted: ... no meta-nextfile entry"
+    store = LevelDBStore(path)  # was: StorageError "... is corrupted: no meta-nextfile entry"
     try:
         assert [i for i in range(20) if store.get(key(i)) is None] == []
     finally:
