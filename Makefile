@@ -25,7 +25,7 @@ test: lint pytest  # lint, format check, types, then all tests (import contracts
 pytest: $(STAMP) system-deps  # the tests only (or PYTEST_ARGS), without lint
 	$(BIN)/pytest $(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
 
-system-deps:  # Chromium + chromedriver for the explorer's browser test: installs them as root with apt-get
+system-deps:  # Chromium + chromedriver (the explorer's browser test), fuse3 + libfuse3-3 (the power-loss tests): installed as root with apt-get
 	sh scripts/ensure-system-deps.sh
 
 lint: $(STAMP)  # ruff lint, ruff format check, mypy --strict
