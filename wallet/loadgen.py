@@ -432,6 +432,11 @@ class _Run:
     ) -> SentTx:
         """Sign and POST one tx; record it whatever the answer (it may be accepted anyway)."""
         sent = self.build(coins, payments, change, fee, kind)
+        await self.post(sent)
+        return sent
+
+    async def post(self, sent: SentTx) -> None:
+        """``POST /v1/txs`` one built tx and record the answer (none: counted as an error)."""
         try:
             await self.client.submit_tx(sent.raw)
         except ApiError as exc:
@@ -439,9 +444,8 @@ class _Run:
                 self.errors += 1
             else:
                 self.answered(sent, exc.status, exc.code)
-            return sent
+            return
         self.answered(sent, 202, "")
-        return sent
 
     # -------------------------------------------------------------- tracking
 
@@ -658,15 +662,7 @@ class _Run:
     async def send_one(self, coin: Coin) -> None:
         sent = self.build_load(coin)
         self.requests += 1
-        try:
-            await self.client.submit_tx(sent.raw)
-        except ApiError as exc:
-            if exc.status == 0:
-                self.errors += 1
-            else:
-                self.answered(sent, exc.status, exc.code)
-        else:
-            self.answered(sent, 202, "")
+        await self.post(sent)
         self.after_load(sent)
 
     async def send_batch(self, batch: list[SentTx]) -> None:

@@ -89,19 +89,13 @@ def test_level_set_size_averages_one_over_p(zero_delay_run: Simulation) -> None:
     assert abs(sum(sizes) / n - 1 / p) < 3 * se, (sum(sizes) / n, 1 / p, se)
 
 
-def test_nakamoto_stale_rate_on_a_full_mesh_with_fixed_delay() -> None:
-    """Every block a milestone, fully connected, delay tau on every link.
-
-    A block is stale when another miner's block was found less than tau before it (it arrives
-    first and wins the tie, F2): rate 1 - exp(-lambda tau (1 - 1/N)) for N equal miners (a miner
-    always knows its own blocks), which is 1 - exp(-lambda tau) for many miners.
-    """
-    n, tau, lam = 20, 0.1, 1.0
+def full_mesh_run(n: int, tau: float, relay: str) -> Simulation:
+    """Nakamoto, n equal miners fully connected, delay tau on every link, 1 block/s, 2,500 s."""
     sc = load_scenario(
         None,
         [
             f'network.delay="fixed:{tau}"',
-            'network.relay="push-all"',  # one hop of tau per block, as the formula assumes
+            f'network.relay="{relay}"',
             "network.processing_ms=0",
             f"network.degree={n - 1}",
             f"miners.count={n}",
@@ -113,8 +107,19 @@ def test_nakamoto_stale_rate_on_a_full_mesh_with_fixed_delay() -> None:
         seed=7,
         protocol="nakamoto",
     )
-    sim = Simulation(sc)
-    metrics = sim.run().metrics
+    return Simulation(sc)
+
+
+def test_nakamoto_stale_rate_on_a_full_mesh_with_fixed_delay() -> None:
+    """Every block a milestone, fully connected, delay tau on every link.
+
+    A block is stale when another miner's block was found less than tau before it (it arrives
+    first and wins the tie, F2): rate 1 - exp(-lambda tau (1 - 1/N)) for N equal miners (a miner
+    always knows its own blocks), which is 1 - exp(-lambda tau) for many miners.
+    """
+    n, tau, lam = 20, 0.1, 1.0
+    # push-all: one hop of tau per block, as the formula assumes
+    metrics = full_mesh_run(n, tau, "push-all").run().metrics
     mined = metrics["milestones_mined"]
     expected = 1 - math.exp(-lam * tau * (1 - 1 / n))
     se = math.sqrt(expected * (1 - expected) / mined)
@@ -134,23 +139,7 @@ def test_the_node_relay_stale_rate_is_the_closed_form_at_its_measured_per_hop_de
     before it, so the closed form holds with the mean arrival delay in place of tau:
     1 - exp(-lambda mean(d) (1 - 1/N)); the run measures mean(d) (about 2.33 tau) itself."""
     n, tau, lam = 20, 0.05, 1.0
-    sc = load_scenario(
-        None,
-        [
-            f'network.delay="fixed:{tau}"',
-            'network.relay="node"',
-            "network.processing_ms=0",
-            f"network.degree={n - 1}",
-            f"miners.count={n}",
-            "chain.milestone_interval_s=1",
-            "chain.retarget=false",
-        ],
-        nodes=n,
-        duration_s=2500.0,
-        seed=7,
-        protocol="nakamoto",
-    )
-    sim = Simulation(sc)
+    sim = full_mesh_run(n, tau, "node")
     metrics = sim.run().metrics
     delays = [d for record in sim.recorder.blocks.values() for d in record.delays]
     mean = sum(delays) / len(delays)
