@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from yarl import URL
 
 from node.api import INT_MAX, ParserErrorFilter, openapi_document
+from p2p.service import NodeEvent
 from tests.node.test_api_fuzz import TOKEN, Api, check, serving
 
 INT_PATHS = (
@@ -304,10 +306,23 @@ def test_a_handler_bug_is_a_500_counted_in_metrics_and_the_next_request_is_serve
         assert api.request("GET", "/v1/status").status == 200
 
 
-def test_events_types_keeps_only_those_kinds_and_an_unknown_kind_is_400(tmp_path: Path) -> None:
+def test_events_types_keeps_only_those_kinds_and_an_unknown_kind_is_400(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``GET /v1/events?types=milestone,reorg`` (what a miner needs): no tx or block messages."""
     with serving(tmp_path) as api:
         node = api.node
+        subscribe = node.service.subscribe
+        subscribed = asyncio.Event()
+        sockets: list[object] = []
+
+        def counting(listener: Callable[[NodeEvent], None]) -> None:
+            subscribe(listener)
+            sockets.append(listener)
+            if len(sockets) == 2:
+                subscribed.set()
+
+        monkeypatch.setattr(node.service, "subscribe", counting)
 
         async def go() -> tuple[list[str], list[str]]:
             async with (
@@ -317,7 +332,7 @@ def test_events_types_keeps_only_those_kinds_and_an_unknown_kind_is_400(tmp_path
                     api.base + "/v1/events?types=milestone,reorg"
                 ) as miner,
             ):
-                await asyncio.sleep(0.05)  # both subscribed
+                await subscribed.wait()  # both sockets are listening
                 node.service.submit_tx(node.fresh_txs[2].raw)
                 node.mine(node.blocks[-1].id, ms=True)
                 seen: list[list[str]] = [[], []]
