@@ -90,27 +90,7 @@ def test_schema_1_datadir_is_refused_with_one_line(tmp_path: Path) -> None:
     line naming the directory and saying to start a new one; nothing in it changes."""
     datadir = tmp_path / "old-v1-node"
     rows = _make_v1_datadir(datadir)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "node.cli",
-            "start",
-            "--network",
-            "devnet",
-            "--datadir",
-            str(datadir),
-            "--p2p-port",
-            "0",
-            "--api-port",
-            "0",
-            "--no-discovery",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = _start(datadir)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     refusal = [line for line in lines if "schema version 1" in line]
