@@ -111,4 +111,86 @@ class LevelSetCache:
             self._items.popitem(last=False)
 
 
-__all__ = ["DecodeCache", "LevelSetCache", "SignatureCache"]
+class SharedResults:
+    """The core's deterministic results, computed by one Chain, read by the others of a network.
+
+    The simulator's ``engine.share_results``; never a module global.
+
+    Three bounded memos, least recently used out; each key holds everything its result depends
+    on, so a hit is exactly what the reader would have computed:
+
+    - ``tx_verdict``: a relayed tx checked against a best chain (``Chain.check_transaction``):
+      key (txid, best milestone id), since the ledger L(M) and the spent-output index it reads
+      are a pure function of the best milestone M; value the fee, or the (rule, message) of the
+      rejection. The pool checks (duplicate, conflict, capacity) stay per node.
+    - ``block_passes``: ids of blocks whose checks that read only their bytes and their ancestors
+      passed (H1-H10 but H11, D3-D6, signatures). A node still runs its own D1, D2 (its invalid
+      cache), the orphan test (its links present here) and H11 (its clock); a block that fails
+      anywhere is never recorded, so every node rejects an invalid block itself.
+    - ``apply_rows``: the store rows of applying LS(M) (A2), key (M, whether the level set's own
+      rows are written, Φ after the apply), a pure function of them (the delta is a pure function
+      of M, the chainwork is M's snapshot's).
+    """
+
+    def __init__(self, tx_capacity: int = 200_000, block_capacity: int = 100_000) -> None:
+        self.tx_capacity = tx_capacity
+        self.block_capacity = block_capacity
+        self._txs: OrderedDict[tuple[TxId, BlockId], int | tuple[str, str]] = OrderedDict()
+        self._blocks: OrderedDict[BlockId, None] = OrderedDict()
+        self._rows: OrderedDict[tuple[BlockId, bool, BlockId], dict[bytes, bytes | None]] = (
+            OrderedDict()
+        )
+        self.hits = {"tx": 0, "block": 0, "rows": 0}
+        self.lookups = {"tx": 0, "block": 0, "rows": 0}
+
+    def tx_verdict(self, txid: TxId, best: BlockId) -> int | tuple[str, str] | None:
+        """The fee, or (rule, message) of the rejection, of ``txid`` against ``best``.
+
+        None if no Chain recorded it.
+        """
+        self.lookups["tx"] += 1
+        found = self._txs.get((txid, best))
+        if found is not None:
+            self.hits["tx"] += 1
+        return found
+
+    def add_tx_verdict(self, txid: TxId, best: BlockId, verdict: int | tuple[str, str]) -> None:
+        """Record a check's outcome."""
+        self._txs[(txid, best)] = verdict
+        if len(self._txs) > self.tx_capacity:
+            self._txs.popitem(last=False)
+
+    def block_passed(self, block_id: BlockId) -> bool:
+        """True if some Chain found the block's bytes-and-ancestors checks passed."""
+        self.lookups["block"] += 1
+        if block_id in self._blocks:
+            self.hits["block"] += 1
+            return True
+        return False
+
+    def add_block_pass(self, block_id: BlockId) -> None:
+        """Record that the block passed them."""
+        self._blocks[block_id] = None
+        if len(self._blocks) > self.block_capacity:
+            self._blocks.popitem(last=False)
+
+    def apply_rows(
+        self, milestone: BlockId, new: bool, final: BlockId
+    ) -> dict[bytes, bytes | None] | None:
+        """The rows (value None: a delete) of applying LS(milestone), if recorded."""
+        self.lookups["rows"] += 1
+        found = self._rows.get((milestone, new, final))
+        if found is not None:
+            self.hits["rows"] += 1
+        return found
+
+    def add_apply_rows(
+        self, milestone: BlockId, new: bool, final: BlockId, rows: dict[bytes, bytes | None]
+    ) -> None:
+        """Record them (the dict is never changed afterwards)."""
+        self._rows[(milestone, new, final)] = rows
+        if len(self._rows) > 256:
+            self._rows.popitem(last=False)
+
+
+__all__ = ["DecodeCache", "LevelSetCache", "SharedResults", "SignatureCache"]

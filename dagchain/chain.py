@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from dagchain import rules
 from dagchain.blocks import Block, compute_merkle_root, decode_block
-from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
+from dagchain.caches import DecodeCache, LevelSetCache, SharedResults, SignatureCache
 from dagchain.crypto import address_from_pubkey
 from dagchain.errors import (
     EncodingError,
@@ -159,6 +159,7 @@ class Chain:
         signature_cache: SignatureCache | None = None,
         decode_cache: DecodeCache | None = None,
         level_set_cache: LevelSetCache | None = None,
+        shared_results: SharedResults | None = None,
     ) -> None:
         """Open (or initialise) the chain stored in ``store``.
 
@@ -168,7 +169,9 @@ class Chain:
         ``decode_cache`` may be shared by several Chains of one process (the simulator); by
         default each Chain has its own signature cache and decodes every block it receives.
         ``level_set_cache`` (same sharing) hands a level set evaluated by one Chain to the
-        others (the simulator's shared memo).
+        others (the simulator's shared memo). ``shared_results`` (same sharing) hands one
+        Chain's tx and block verdicts and a milestone's ledger rows to the others
+        (``dagchain.caches.SharedResults``).
         """
         self.params = params
         self.store = store
@@ -180,6 +183,7 @@ class Chain:
         self._sig_ok = signature_cache if signature_cache is not None else SignatureCache()
         self._decode_cache = decode_cache
         self._level_sets = level_set_cache
+        self._shared = shared_results
         self._work_of_bits: dict[int, int] = {}
         self._rings: OrderedDict[BlockId, WindowRing | None] = OrderedDict()
         """S2 window rings by tip block id, least recently used first (``_ring_of``)."""
@@ -456,6 +460,9 @@ class Chain:
         bid = block.id
         h = block.header
         gid = self.genesis.id
+        shared = self._shared
+        if shared is not None and shared.block_passed(bid):
+            return self._accept_passed(block, raw, now_ms, peer)
         # (3) H2, H3, H5 (header part); H7 for tips_root; H5 (tip list): nothing reads a tip
         # link before tips_root passed, so a mutated body never reaches the invalid cache.
         rules.check_header_fields(h, bid, p)
@@ -499,8 +506,38 @@ class Chain:
                 if not verify_tx_signatures(tx, p):
                     raise RejectedBlock("H9", f"bad signature in tx {tx.txid.hex()}", bid)
                 self._remember_signature(tx.txid)
+        if shared is not None:
+            shared.add_block_pass(bid)
         # (12) store and acknowledge
         return self._accept(block, snap, pow_value <= snap.ms_target)
+
+    def _accept_passed(self, block: Block, raw: bytes, now_ms: int, peer: str) -> BlockOutcome:
+        """Steps (3)-(12) for a block another Chain of this network passed.
+
+        Its checks that read only its bytes and its ancestors passed there
+        (``SharedResults.block_passes``); what depends on this node still runs here, in the same
+        order: D2 against its invalid cache, the orphan test against what it holds, H11 against
+        its clock.
+        """
+        st = self.state
+        bid = block.id
+        h = block.header
+        ms = h.milestone_link
+        if ms in self._invalid:
+            raise RejectedBlock("D2", "milestone link is an invalid block", bid)
+        if ms not in st.meta:
+            return self._hold_orphan(block, raw, (ms,), peer, now_ms)
+        snap = st.snapshots[ms]
+        rules.check_not_future(h, now_ms, self.params)
+        missing = []
+        for link in (h.previous_link, *block.tip_links):
+            if link in self._invalid:
+                raise RejectedBlock("D2", "links an invalid block", bid)
+            if link not in st.meta and link not in missing:
+                missing.append(link)
+        if missing:
+            return self._hold_orphan(block, raw, tuple(missing), peer, now_ms)
+        return self._accept(block, snap, rules.check_pow(bid, snap.blk_target) <= snap.ms_target)
 
     def _check_link_rules(self, block: Block, ms_height: int) -> None:
         """D5a, D5b and D6 for the previous and tip links that are already accepted (F4)."""
@@ -751,9 +788,9 @@ class Chain:
             delta = st.stored_delta(ms)
             if delta is None:
                 delta = self._evaluate(ms)
-                st.write_apply(delta, new=True)
+                st.write_apply(delta, True, self._shared)
             else:
-                st.write_apply(delta, new=False)
+                st.write_apply(delta, False, self._shared)
             applied.append(delta)
         return Reorg(old_head, self.best_id, tuple(undone), tuple(applied))
 
@@ -872,6 +909,24 @@ class Chain:
             InvalidTransaction: rule ``T1``..``T7`` (REJECT), ``V6`` (spent or missing input:
                 ``message`` says which), ``V7`` or ``V8`` (DROP).
         """
+        shared = self._shared
+        if shared is None:
+            return self._check_transaction(tx)
+        best = self.state.best[-1]  # the verdict is a pure function of the tx and L(best)
+        found = shared.tx_verdict(tx.txid, best)
+        if found is not None:
+            if isinstance(found, int):
+                return found
+            raise InvalidTransaction(found[0], found[1], tx.txid)
+        try:
+            fee = self._check_transaction(tx)
+        except InvalidTransaction as exc:
+            shared.add_tx_verdict(tx.txid, best, (exc.rule, exc.message))
+            raise
+        shared.add_tx_verdict(tx.txid, best, fee)
+        return fee
+
+    def _check_transaction(self, tx: Transaction) -> int:
         p = self.params
         if tx.txid not in self._sig_ok:  # a cached txid passed T1-T6 already
             check_tx_stateless(tx, p)

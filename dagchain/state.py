@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dagchain.blocks import Block, decode_block
+from dagchain.caches import SharedResults
 from dagchain.encoding import packer
 from dagchain.errors import EncodingError, StorageError
 from dagchain.history import BestChain, BestHeights, StoredMap
@@ -401,41 +402,40 @@ class ChainState:
             self.snapshots.add(bid, snapshot, snapshot.height)
 
     # --- A2 + A3: apply or undo one milestone on the best chain ---
-    def write_apply(self, delta: LevelSetDelta, new: bool) -> None:
-        """Store (if ``new``) and apply LS(M)'s delta; M becomes the best head; Φ may advance."""
+    def write_apply(
+        self, delta: LevelSetDelta, new: bool, shared: SharedResults | None = None
+    ) -> None:
+        """Store (if ``new``) and apply LS(M)'s delta; M becomes the best head; Φ may advance.
+
+        ``shared``: the rows are a pure function of (M, ``new``, Φ after the apply); the first
+        Chain of a network to apply M records them and the others write the recorded rows.
+        """
         h = delta.height
         final = self._advance_final(delta.milestone, h)
-        pack = self._pack
-        with self.store.write_batch() as wb:
-            if new:
-                wb.put(S.P_LEVEL_SET + delta.milestone, level_set_row(delta))
-                wb.put(S.P_DELTA + delta.milestone, delta_row(delta, pack))
-            # u, o and k rows, keys and values as in storage.schema (outpoint_key, address_key)
-            put, delete, empty, small = wb.put, wb.delete, S.EMPTY_ROW, _INDEX_KEYS
-            for (txid, index), utxo in delta.created.items():
-                key = txid + (small[index] if index < 256 else index.to_bytes(4, "big"))
-                put(b"u" + key, pack(utxo))  # [amount, address, height]
-                put(b"o" + utxo[1] + key, empty)
-            spenders = delta.spenders
-            for op, utxo in delta.spent.items():  # u and o rows go, a k row records the spend
-                index = op[1]
-                key = op[0] + (small[index] if index < 256 else index.to_bytes(4, "big"))
-                delete(b"u" + key)
-                delete(b"o" + utxo[1] + key)
-                put(b"k" + key, pack((spenders[op], h)))
-            for root, rec in delta.roots_after:
-                put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
-            for txid, root in delta.redemptions:
-                put(S.P_REDEEMED + txid, S.encode_row([root, h]))
-            for previous_link, child in delta.first_children:
-                put(S.P_FIRST_CHILD + previous_link, S.encode_row([child]))
-            height_row = S.encode_row([h])
-            for bid in delta.order:
-                put(S.P_LS_HEIGHT + bid, height_row)
-                delete(S.P_PENDING + bid)
-            put(S.height_key(S.P_HEIGHT, h), S.encode_row([delta.milestone]))
-            chainwork = self.snapshots[delta.milestone].chainwork
-            put(S.HEAD, head_row(HeadRecord(delta.milestone, h, chainwork, final)))
+        if shared is None:
+            with self.store.write_batch() as wb:
+                self._apply_rows(wb.put, wb.delete, delta, new, final)
+        else:
+            rows = shared.apply_rows(delta.milestone, new, final)
+            if rows is None:
+                rows = {}
+
+                def delete(key: bytes) -> None:
+                    rows[key] = None
+
+                self._apply_rows(rows.__setitem__, delete, delta, new, final)
+                shared.add_apply_rows(delta.milestone, new, final, rows)
+            with self.store.write_batch() as wb:
+                merge = getattr(wb, "merge", None)
+                if merge is not None:
+                    merge(rows)
+                else:
+                    put, delete = wb.put, wb.delete
+                    for key, value in rows.items():
+                        if value is None:
+                            delete(key)
+                        else:
+                            put(key, value)
         self.deltas.add(delta.milestone, delta, h)
         utxos = self.utxos
         utxos.update(delta.created)
@@ -449,6 +449,47 @@ class ChainState:
         self.best.append(delta.milestone)
         self.final = final
         self._evict(h - self.memory_window)
+
+    def _apply_rows(
+        self,
+        put: "Callable[[bytes, bytes], None]",
+        delete: "Callable[[bytes], None]",
+        delta: LevelSetDelta,
+        new: bool,
+        final: BlockId,
+    ) -> None:
+        """A2's rows of applying ``delta`` with Φ = ``final`` after it, in write order."""
+        h = delta.height
+        pack = self._pack
+        if new:
+            put(S.P_LEVEL_SET + delta.milestone, level_set_row(delta))
+            put(S.P_DELTA + delta.milestone, delta_row(delta, pack))
+        # u, o and k rows, keys and values as in storage.schema (outpoint_key, address_key)
+        empty, small = S.EMPTY_ROW, _INDEX_KEYS
+        for (txid, index), utxo in delta.created.items():
+            key = txid + (small[index] if index < 256 else index.to_bytes(4, "big"))
+            put(b"u" + key, pack(utxo))  # [amount, address, height]
+            put(b"o" + utxo[1] + key, empty)
+        spenders = delta.spenders
+        for op, utxo in delta.spent.items():  # u and o rows go, a k row records the spend
+            index = op[1]
+            key = op[0] + (small[index] if index < 256 else index.to_bytes(4, "big"))
+            delete(b"u" + key)
+            delete(b"o" + utxo[1] + key)
+            put(b"k" + key, pack((spenders[op], h)))
+        for root, rec in delta.roots_after:
+            put(S.P_ROOT + root, S.encode_row(_root_fields(rec)))
+        for txid, root in delta.redemptions:
+            put(S.P_REDEEMED + txid, S.encode_row([root, h]))
+        for previous_link, child in delta.first_children:
+            put(S.P_FIRST_CHILD + previous_link, S.encode_row([child]))
+        height_row = S.encode_row([h])
+        for bid in delta.order:
+            put(S.P_LS_HEIGHT + bid, height_row)
+            delete(S.P_PENDING + bid)
+        put(S.height_key(S.P_HEIGHT, h), S.encode_row([delta.milestone]))
+        chainwork = self.snapshots[delta.milestone].chainwork
+        put(S.HEAD, head_row(HeadRecord(delta.milestone, h, chainwork, final)))
 
     def _evict(self, floor: int) -> None:
         """Keep memory bounded: forget rows tagged below the window's floor (decision 15)."""

@@ -134,6 +134,14 @@ class AttackConfig(_Table):
     """``multi_root``: how many peer chains the attacker registers (k)."""
 
 
+class EngineConfig(_Table):
+    share_results: bool = True
+    """Honest full nodes share the core's deterministic results (verified signatures, level-set
+    evaluations, tx and block verdicts, a milestone's ledger rows: ``sim_node.Caches``), each
+    computed once per run; ``false`` computes them at every node. Outputs are byte-identical
+    either way (tests/simulator/test_share_results.py)."""
+
+
 class Scenario(_Table):
     nodes: int = Field(default=20, ge=1)
     duration_s: float = Field(default=60.0, gt=0)
@@ -144,6 +152,7 @@ class Scenario(_Table):
     miners: MinersConfig = Field(default_factory=MinersConfig)
     load: LoadConfig = Field(default_factory=LoadConfig)
     attack: AttackConfig = Field(default_factory=AttackConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
 
     # ------------------------------------------------------------------ derived values
     @property

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, final
 
-from dagchain.caches import DecodeCache, LevelSetCache, SignatureCache
+from dagchain.caches import DecodeCache, LevelSetCache, SharedResults, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus
 from dagchain.params import genesis_blk_target
 from dagchain.types import BlockId, TxId
@@ -30,7 +30,7 @@ from simulator.network_attack import NetworkDoubleSpend, NetworkSelfishMiner
 from simulator.relay_node import RelayNode
 from simulator.rng import RngStreams
 from simulator.scenario import Scenario
-from simulator.sim_node import NodeRef, SimNode
+from simulator.sim_node import Caches, NodeRef, SimNode
 from simulator.store import RowInterner
 from simulator.txflow import LinkModel, TxFlow
 
@@ -56,11 +56,17 @@ class Simulation:
     """The simulated network for one scenario (also the nodes' ``Hub``)."""
 
     def __init__(
-        self, scenario: Scenario, *, drop_losing_copies: bool = True, share_rows: bool = True
+        self,
+        scenario: Scenario,
+        *,
+        drop_losing_copies: bool = True,
+        share_rows: bool = True,
+        elide_known_invs: bool = True,
     ) -> None:
         """``drop_losing_copies=False`` runs every copy that loses the race (tests compare);
         ``share_rows=False`` gives every node's store its own key and value objects (the
-        memory bench compares)."""
+        memory bench compares); ``elide_known_invs=False`` delivers every ``inv`` of a block its
+        receiver already holds as an event (``sim_node.send_frames``; tests compare)."""
         self.scenario = scenario
         self.params = params = scenario.to_params()
         self.streams = RngStreams(scenario.seed)
@@ -78,11 +84,14 @@ class Simulation:
             self.streams.stream("topology"),
             net.topology,
         )
-        self.caches = caches = (
-            SignatureCache(1_000_000),
+        sharing = scenario.engine.share_results
+        self.caches = caches = Caches(
+            SignatureCache(1_000_000) if sharing else None,
             DecodeCache(params, 16_384),
-            LevelSetCache(4_096),
+            LevelSetCache(4_096) if sharing else None,
+            SharedResults() if sharing else None,
         )
+        """``engine.share_results``: what the full nodes compute once per run (sim_node.Caches)."""
         self.known_blocks = Knowledge(scenario.nodes)
         self.known_txs = Knowledge(scenario.nodes)
         full = scenario.full_nodes
@@ -98,7 +107,7 @@ class Simulation:
         relay_accepted = Knowledge(scenario.nodes - full)
         genesis = self.observer.chain.genesis_id
         relay_only = [
-            RelayNode(i, self, caches[1], relay_accepted, genesis)
+            RelayNode(i, self, caches.decoder, relay_accepted, genesis)
             for i in range(full, scenario.nodes)
         ]
         self.nodes: list[SimNode | LateNode | RelayNode] = [
@@ -106,6 +115,14 @@ class Simulation:
             *self.late_nodes,
             *relay_only,
         ]
+        self.block_holders: list[Callable[[bytes], bool] | None] = [None] * len(self.nodes)
+        """Per node, what ``send_frames`` asks before it sends a block ``inv`` as an event."""
+        if elide_known_invs:
+            for node in self.nodes:
+                if type(node) is SimNode:
+                    self.block_holders[node.index] = node.holds_block
+                elif type(node) is RelayNode:
+                    self.block_holders[node.index] = node.has_block
         self._node_relay = net.relay == "node"
         """``network.relay``: the nodes run p2p/relay.py (else every item is pushed to all)."""
         self.txflow: TxFlow | None = None

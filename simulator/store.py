@@ -28,7 +28,7 @@ class RowInterner:
     has doubled since the last sweep, so the table stays proportional to the live rows.
     """
 
-    __slots__ = ("_next_sweep", "intern", "table")
+    __slots__ = ("_next_sweep", "_shared", "intern", "table")
 
     MIN_SWEEP = 1 << 16
 
@@ -36,6 +36,9 @@ class RowInterner:
         self.table: dict[bytes, bytes] = {}
         self.intern: Callable[[bytes, bytes], bytes] = self.table.setdefault
         self._next_sweep = self.MIN_SWEEP
+        self._shared: dict[
+            int, tuple[dict[bytes, bytes | None], dict[bytes, bytes | None], list[bytes]]
+        ] = {}
 
     def rows(self, ops: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
         """``ops`` with each key and value replaced by its shared object."""
@@ -49,6 +52,21 @@ class RowInterner:
         if len(self.table) >= self._next_sweep:
             self.sweep()
         return out
+
+    def shared_rows(
+        self, ops: dict[bytes, bytes | None]
+    ) -> tuple[dict[bytes, bytes | None], list[bytes]]:
+        """:meth:`rows` of a dict many stores merge unchanged (a shared result), and its
+        deleted keys: computed once per dict (the last 64 are remembered by identity)."""
+        found = self._shared.get(id(ops))
+        if found is not None and found[0] is ops:
+            return found[1], found[2]
+        out = self.rows(ops)
+        deletes = [k for k, v in out.items() if v is None]
+        self._shared[id(ops)] = (ops, out, deletes)
+        if len(self._shared) > 64:
+            del self._shared[next(iter(self._shared))]
+        return out, deletes
 
     def sweep(self) -> int:
         """Drop the entries only the table holds; how many were dropped."""
@@ -65,20 +83,46 @@ class RowInterner:
 class SimBatch:
     """Puts and deletes of one batch; applied to the store's dict on a clean exit."""
 
-    __slots__ = ("_data", "_deletes", "_rows", "ops", "put")
+    __slots__ = ("_borrowed", "_data", "_deletes", "_rows", "ops", "put")
 
     def __init__(self, data: dict[bytes, bytes], rows: RowInterner | None = None) -> None:
         ops: dict[bytes, bytes | None] = {}
         self._data = data
         self._rows = rows
         self._deletes = False
+        self._borrowed = False
+        """``ops`` is a merged dict other batches share: copied before any change."""
         self.ops = ops
         self.put: Callable[[bytes, bytes], None] = ops.__setitem__
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the batch commits."""
+        if self._borrowed:
+            self._own()
         self.ops[key] = None
         self._deletes = True
+
+    def merge(self, rows: dict[bytes, bytes | None]) -> None:
+        """Every put (value) and delete (None) of ``rows`` at once; ``rows`` is not changed and
+        may be merged into many batches (``dagchain.caches.SharedResults.apply_rows``)."""
+        if self.ops:
+            if self._borrowed:
+                self._own()
+            self.ops.update(rows)
+        else:
+            self.ops = rows
+            self._borrowed = True
+            self.put = self._put_borrowed
+        self._deletes = True
+
+    def _own(self) -> None:
+        self.ops = dict(self.ops)
+        self.put = self.ops.__setitem__
+        self._borrowed = False
+
+    def _put_borrowed(self, key: bytes, value: bytes) -> None:
+        self._own()
+        self.ops[key] = value
 
     def __enter__(self) -> "SimBatch":
         return self
@@ -87,6 +131,15 @@ class SimBatch:
         if exc_type is not None:
             return
         ops, data = self.ops, self._data
+        if self._borrowed:  # a shared result: interned and its deletes listed once per run
+            if self._rows is not None:
+                ops, deletes = self._rows.shared_rows(ops)
+            else:
+                deletes = [k for k, v in ops.items() if v is None]
+            data.update(ops)  # type: ignore[arg-type]  # the None values are removed just below
+            for key in deletes:
+                del data[key]
+            return
         if self._rows is not None:
             ops = self._rows.rows(ops)
         data.update(ops)  # type: ignore[arg-type]  # the None values are removed just below

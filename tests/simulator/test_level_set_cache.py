@@ -28,7 +28,8 @@ def test_nodes_store_what_a_memory_store_chain_without_the_memo_stores() -> None
     )
     sim = Simulation(scenario)
     result = sim.run()
-    memo = sim.caches[2]
+    memo = sim.caches.level_sets
+    assert memo is not None
     assert memo.hits > 0  # most evaluations came from the memo
     assert result.metrics["stale_milestone_rate"] > 0  # there were competing milestones
     now = int(sim.now_ms)
