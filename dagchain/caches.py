@@ -127,6 +127,9 @@ class SharedResults:
       passed (H1-H10 but H11, D3-D6, signatures). A node still runs its own D1, D2 (its invalid
       cache), the orphan test (its links present here) and H11 (its clock); a block that fails
       anywhere is never recorded, so every node rejects an invalid block itself.
+    - ``accept_rows``: the store rows of accepting a block that do not depend on the node (A1:
+      its bytes, its tx index rows, a milestone's snapshot; not its meta row, whose sequence
+      number is the node's), key the block id.
     - ``apply_rows``: the store rows of applying LS(M) (A2), key (M, whether the level set's own
       rows are written, Φ after the apply), a pure function of them (the delta is a pure function
       of M, the chainwork is M's snapshot's).
@@ -140,8 +143,9 @@ class SharedResults:
         self._rows: OrderedDict[tuple[BlockId, bool, BlockId], dict[bytes, bytes | None]] = (
             OrderedDict()
         )
-        self.hits = {"tx": 0, "block": 0, "rows": 0}
-        self.lookups = {"tx": 0, "block": 0, "rows": 0}
+        self._accepts: OrderedDict[BlockId, dict[bytes, bytes | None]] = OrderedDict()
+        self.hits = {"tx": 0, "block": 0, "rows": 0, "accept": 0}
+        self.lookups = {"tx": 0, "block": 0, "rows": 0, "accept": 0}
 
     def tx_verdict(self, txid: TxId, best: BlockId) -> int | tuple[str, str] | None:
         """The fee, or (rule, message) of the rejection, of ``txid`` against ``best``.
@@ -173,6 +177,23 @@ class SharedResults:
         self._blocks[block_id] = None
         if len(self._blocks) > self.block_capacity:
             self._blocks.popitem(last=False)
+
+    def accept_rows(self, block_id: BlockId) -> dict[bytes, bytes | None] | None:
+        """The rows of accepting a block that every node writes alike, if recorded.
+
+        Its bytes, its tx index rows, a milestone's snapshot.
+        """
+        self.lookups["accept"] += 1
+        found = self._accepts.get(block_id)
+        if found is not None:
+            self.hits["accept"] += 1
+        return found
+
+    def add_accept_rows(self, block_id: BlockId, rows: dict[bytes, bytes | None]) -> None:
+        """Record them (the dict is never changed afterwards)."""
+        self._accepts[block_id] = rows
+        if len(self._accepts) > 4096:
+            self._accepts.popitem(last=False)
 
     def apply_rows(
         self, milestone: BlockId, new: bool, final: BlockId

@@ -631,7 +631,7 @@ class Chain:
                 ms_snap, h.milestone_link == self.genesis.id, h.timestamp_ms, self.params
             )
         head = st.peer_heads.get(root)
-        st.write_accept(block, meta, snapshot, head is None or peer_height > head[1])
+        st.write_accept(block, meta, snapshot, head is None or peer_height > head[1], self._shared)
         self._advance_ring(block, peer_height, ms_link_ts)
         reorgs: tuple[Reorg, ...] = ()
         if is_milestone:

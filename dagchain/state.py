@@ -216,6 +216,24 @@ def check_sortition_row(raw: bytes | None, params: ConsensusParams) -> None:
         )
 
 
+def _merge(wb: WriteBatch, rows: dict[bytes, bytes | None]) -> None:
+    """Write a shared row set (None: a delete) into a batch.
+
+    At once if the batch can take a row set many stores share (``simulator.store.SimBatch.merge``),
+    else row by row.
+    """
+    merge = getattr(wb, "merge", None)
+    if merge is not None:
+        merge(rows)
+        return
+    put, delete = wb.put, wb.delete
+    for key, value in rows.items():
+        if value is None:
+            delete(key)
+        else:
+            put(key, value)
+
+
 class ChainState:
     """The stored chain state with a bounded in-memory mirror, and the batch writers that change it.
 
@@ -375,22 +393,34 @@ class ChainState:
 
     # --- A1: accept one block ---
     def write_accept(
-        self, block: Block, meta: BlockMeta, snapshot: Snapshot | None, new_peer_head: bool
+        self,
+        block: Block,
+        meta: BlockMeta,
+        snapshot: Snapshot | None,
+        new_peer_head: bool,
+        shared: SharedResults | None = None,
     ) -> None:
-        """A1: block, m, r, t, p, seq and a milestone's snapshot in one batch, then memory."""
+        """A1: block, m, r, t, p, seq and a milestone's snapshot in one batch, then memory.
+
+        ``shared``: the rows every node writes alike for this block (bytes, tx index rows,
+        snapshot) are built once per network and merged (``SharedResults.accept_rows``).
+        """
         bid = block.id
         with self.store.write_batch() as wb:
-            wb.put(S.P_BLOCK + bid, block.raw)
+            if shared is None:
+                self._accept_rows(wb.put, block, snapshot)
+            else:
+                rows = shared.accept_rows(bid)
+                if rows is None:
+                    rows = {}
+                    self._accept_rows(rows.__setitem__, block, snapshot)
+                    shared.add_accept_rows(bid, rows)
+                _merge(wb, rows)
             wb.put(S.P_META + bid, meta_row(meta))
             if new_peer_head:
                 wb.put(S.P_PEER_HEAD + meta.root, S.encode_row([bid, meta.peer_height]))
-            put, empty, tx_index = wb.put, S.EMPTY_ROW, S.P_TX_INDEX
-            for tx in block.txs:
-                put(tx_index + tx.txid + bid, empty)
             wb.put(S.P_PENDING + bid, S.EMPTY_ROW)
             wb.put(S.META_SEQ, S.encode_row([meta.seq + 1]))
-            if snapshot is not None:
-                wb.put(S.P_SNAPSHOT + bid, snapshot_row(snapshot))
         tag = meta.ms_link_height
         self.blocks.add(bid, block, tag)
         self.meta.add(bid, meta, tag)
@@ -426,16 +456,7 @@ class ChainState:
                 self._apply_rows(rows.__setitem__, delete, delta, new, final)
                 shared.add_apply_rows(delta.milestone, new, final, rows)
             with self.store.write_batch() as wb:
-                merge = getattr(wb, "merge", None)
-                if merge is not None:
-                    merge(rows)
-                else:
-                    put, delete = wb.put, wb.delete
-                    for key, value in rows.items():
-                        if value is None:
-                            delete(key)
-                        else:
-                            put(key, value)
+                _merge(wb, rows)
         self.deltas.add(delta.milestone, delta, h)
         utxos = self.utxos
         utxos.update(delta.created)
@@ -449,6 +470,19 @@ class ChainState:
         self.best.append(delta.milestone)
         self.final = final
         self._evict(h - self.memory_window)
+
+    @staticmethod
+    def _accept_rows(
+        put: Callable[[bytes, bytes], None], block: Block, snapshot: Snapshot | None
+    ) -> None:
+        """A1's rows that do not depend on the node: the block, its tx index, its snapshot."""
+        bid = block.id
+        put(S.P_BLOCK + bid, block.raw)
+        empty, tx_index = S.EMPTY_ROW, S.P_TX_INDEX
+        for tx in block.txs:
+            put(tx_index + tx.txid + bid, empty)
+        if snapshot is not None:
+            put(S.P_SNAPSHOT + bid, snapshot_row(snapshot))
 
     def _apply_rows(
         self,

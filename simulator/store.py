@@ -13,6 +13,15 @@ Rows shared between nodes (:class:`RowInterner`): the full nodes of one run that
 best chain write the same rows, byte for byte, each as its own key and value objects. Stores made
 with one interner keep one object per distinct key and per distinct value instead (the dicts and
 their contents are unchanged; only which equal ``bytes`` object a row holds differs).
+
+Rows every store holds (:meth:`RowInterner.merged`, issue 23 item 2): a row set many stores
+write unchanged (``dagchain.caches.SharedResults``: a milestone's ledger rows, a block's bytes
+and tx index rows) is merged by each store's batch at once; once every store of the interner has
+merged it, its rows move into the interner's one ``base`` dict and each store keeps in its own
+dict only what differs from the base (a row it changed since, or a None for a base row it has
+deleted). Every read is what it was (tests/simulator/test_store.py replays the same writes into
+MemoryStores and compares); a store's own dict holds only the rows not yet merged everywhere and
+its own (block meta with its sequence numbers, pending rows, rows of a branch only it follows).
 """
 
 import sys
@@ -28,7 +37,7 @@ class RowInterner:
     has doubled since the last sweep, so the table stays proportional to the live rows.
     """
 
-    __slots__ = ("_next_sweep", "_shared", "intern", "table")
+    __slots__ = ("_next_sweep", "_pending", "_shared", "base", "intern", "stores", "table")
 
     MIN_SWEEP = 1 << 16
 
@@ -39,6 +48,12 @@ class RowInterner:
         self._shared: dict[
             int, tuple[dict[bytes, bytes | None], dict[bytes, bytes | None], list[bytes]]
         ] = {}
+        self.base: dict[bytes, bytes] = {}
+        """Rows every store made with this interner holds (see :meth:`merged`): one dict."""
+        self.stores: list[SimStore] = []
+        """The stores that share it, in creation order."""
+        self._pending: dict[int, tuple[dict[bytes, bytes | None], set[int]]] = {}
+        """Shared row sets (by identity) not yet merged by every store: which stores did."""
 
     def rows(self, ops: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
         """``ops`` with each key and value replaced by its shared object."""
@@ -68,6 +83,33 @@ class RowInterner:
             del self._shared[next(iter(self._shared))]
         return out, deletes
 
+    def merged(self, store: "SimStore", ops: dict[bytes, bytes | None]) -> None:
+        """``store`` merged the shared row set ``ops`` (a milestone's rows): once every store
+        has, the rows move into :attr:`base`, and each store keeps in its own dict only what
+        differs from the new base (what it changed since, or a row the base no longer has: a
+        ``None`` marks a row absent here but present in the base). What every store reads is
+        unchanged; the memory of the rows is paid once instead of once per store."""
+        key = id(ops)
+        found = self._pending.get(key)
+        if found is None or found[0] is not ops:
+            found = self._pending[key] = (ops, set())
+            if len(self._pending) > 256:  # never merged everywhere: not shared, still correct
+                del self._pending[next(iter(self._pending))]
+        merged_by = found[1]
+        merged_by.add(id(store))
+        if len(merged_by) < len(self.stores):
+            return
+        del self._pending[key]
+        rows, _ = self.shared_rows(ops)
+        base = self.base
+        for each in self.stores:
+            each.absorb(rows, base)
+        for k, v in rows.items():
+            if v is None:
+                base.pop(k, None)
+            else:
+                base[k] = v
+
     def sweep(self) -> int:
         """Drop the entries only the table holds; how many were dropped."""
         table, refs = self.table, sys.getrefcount
@@ -83,46 +125,26 @@ class RowInterner:
 class SimBatch:
     """Puts and deletes of one batch; applied to the store's dict on a clean exit."""
 
-    __slots__ = ("_borrowed", "_data", "_deletes", "_rows", "ops", "put")
+    __slots__ = ("_deletes", "_merged", "_store", "ops", "put")
 
-    def __init__(self, data: dict[bytes, bytes], rows: RowInterner | None = None) -> None:
+    def __init__(self, store: "SimStore") -> None:
         ops: dict[bytes, bytes | None] = {}
-        self._data = data
-        self._rows = rows
+        self._store = store
         self._deletes = False
-        self._borrowed = False
-        """``ops`` is a merged dict other batches share: copied before any change."""
+        self._merged: list[dict[bytes, bytes | None]] = []
         self.ops = ops
         self.put: Callable[[bytes, bytes], None] = ops.__setitem__
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the batch commits."""
-        if self._borrowed:
-            self._own()
         self.ops[key] = None
         self._deletes = True
 
     def merge(self, rows: dict[bytes, bytes | None]) -> None:
-        """Every put (value) and delete (None) of ``rows`` at once; ``rows`` is not changed and
-        may be merged into many batches (``dagchain.caches.SharedResults.apply_rows``)."""
-        if self.ops:
-            if self._borrowed:
-                self._own()
-            self.ops.update(rows)
-        else:
-            self.ops = rows
-            self._borrowed = True
-            self.put = self._put_borrowed
-        self._deletes = True
-
-    def _own(self) -> None:
-        self.ops = dict(self.ops)
-        self.put = self.ops.__setitem__
-        self._borrowed = False
-
-    def _put_borrowed(self, key: bytes, value: bytes) -> None:
-        self._own()
-        self.ops[key] = value
+        """Every put (value) and delete (None) of ``rows``, a row set many stores write
+        unchanged (``dagchain.caches.SharedResults``): ``rows`` is never changed. Its keys are
+        not written otherwise in this batch."""
+        self._merged.append(rows)
 
     def __enter__(self) -> "SimBatch":
         return self
@@ -130,51 +152,107 @@ class SimBatch:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is not None:
             return
-        ops, data = self.ops, self._data
-        if self._borrowed:  # a shared result: interned and its deletes listed once per run
-            if self._rows is not None:
-                ops, deletes = self._rows.shared_rows(ops)
+        store = self._store
+        data, interner = store._data, store._rows
+        for shared in self._merged:  # interned and its deletes listed once per run
+            if interner is not None:
+                rows, deletes = interner.shared_rows(shared)
             else:
-                deletes = [k for k, v in ops.items() if v is None]
-            data.update(ops)  # type: ignore[arg-type]  # the None values are removed just below
-            for key in deletes:
-                del data[key]
+                rows, deletes = shared, [k for k, v in shared.items() if v is None]
+            data.update(rows)
+            store.drop(deletes)
+            if interner is not None:
+                interner.merged(store, shared)
+        ops = self.ops
+        if not ops:
             return
-        if self._rows is not None:
-            ops = self._rows.rows(ops)
-        data.update(ops)  # type: ignore[arg-type]  # the None values are removed just below
+        if interner is not None:
+            ops = interner.rows(ops)
+        data.update(ops)
         if self._deletes:
-            for key in [k for k, v in ops.items() if v is None]:
-                del data[key]
+            store.drop([k for k, v in ops.items() if v is None])
+
+
+_MISSING = object()
 
 
 @final
 class SimStore:
-    """A KVStore in one dict (see the module doc)."""
+    """A KVStore in one dict, over the rows shared by every store of its interner (see the
+    module doc)."""
 
-    __slots__ = ("_data", "_rows", "get")
+    __slots__ = ("_base", "_data", "_rows", "get")
 
     def __init__(self, rows: RowInterner | None = None) -> None:
-        """``rows``: share equal keys and values with the other stores made with it."""
-        self._data: dict[bytes, bytes] = {}
+        """``rows``: share equal keys and values with the other stores made with it, and the
+        rows they all hold (``RowInterner.base``)."""
+        self._data: dict[bytes, bytes | None] = {}
+        """Own rows; with an interner, over its base: a None is a base row deleted here."""
         self._rows = rows
-        self.get: Callable[[bytes], bytes | None] = self._data.get
+        if rows is None:
+            self._base: dict[bytes, bytes] = {}
+            self.get: Callable[[bytes], bytes | None] = self._data.get
+        else:
+            rows.stores.append(self)
+            self._base = base = rows.base
+            own = self._data.get
+
+            def get(key: bytes) -> bytes | None:
+                value = own(key, _MISSING)
+                return base.get(key) if value is _MISSING else value  # type: ignore[return-value]
+
+            self.get = get
+
+    def drop(self, keys: list[bytes]) -> None:
+        """Apply a batch's deletes (their None values are in the own dict already)."""
+        data, base = self._data, self._base
+        for key in keys:
+            if key not in base:
+                del data[key]  # else the None stays: deleted here, still in the base
+
+    def absorb(self, rows: dict[bytes, bytes | None], base: dict[bytes, bytes]) -> None:
+        """``rows`` are about to move into ``base`` (every store merged them): keep reading
+        the same values. A row this store holds as the new base will is dropped from its own
+        dict; a row it reads from the old base that the new one changes is copied in first."""
+        data = self._data
+        for k, v in rows.items():
+            cur = data.get(k, _MISSING)
+            if cur is _MISSING:  # read from the base today
+                old = base.get(k)
+                if old is None:
+                    if v is not None:
+                        data[k] = None  # absent here, present in the new base
+                elif v is None or (old is not v and old != v):
+                    data[k] = old
+            elif cur is None:
+                if v is None:
+                    del data[k]  # absent here and in the new base
+            elif cur is v or cur == v:
+                del data[k]
 
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Ascending (key, value) pairs under ``prefix`` (a snapshot of the keys at call time)."""
-        data = self._data
-        for key in sorted(k for k in data if k.startswith(prefix)):
-            value = data.get(key)
+        keys = {k for k in self._data if k.startswith(prefix)}
+        keys.update(k for k in self._base if k.startswith(prefix))
+        get = self.get
+        for key in sorted(keys):
+            value = get(key)
             if value is not None:
                 yield key, value
 
     def write_batch(self) -> SimBatch:
         """Collect puts and deletes; apply them when the ``with`` block exits cleanly."""
-        return SimBatch(self._data, self._rows)
+        return SimBatch(self)
 
     def snapshot(self) -> dict[bytes, bytes]:
         """A copy of every key and value (tests compare states byte for byte)."""
-        return dict(self._data)
+        out = dict(self._base)
+        for key, value in self._data.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = value
+        return out
 
     def close(self) -> None:
         """Nothing to release."""

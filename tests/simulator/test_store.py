@@ -119,3 +119,68 @@ def test_a_run_is_the_same_with_and_without_shared_rows() -> None:
     assert common
     keys_a, keys_b = ({k: k for k in s.snapshot()} for s in (first, second))
     assert all(keys_a[k] is keys_b[k] for k in common)
+
+
+def _merge(store: SimStore | MemoryStore, rows: dict[bytes, bytes | None]) -> None:
+    """A shared row set: merged at once by a SimStore, row by row by a MemoryStore."""
+    if isinstance(store, SimStore):
+        with store.write_batch() as batch:
+            batch.merge(rows)
+        return
+    for key, value in rows.items():
+        _put(store, key, value)
+
+
+def _put(store: SimStore | MemoryStore, key: bytes, value: bytes | None) -> None:
+    with store.write_batch() as wb:
+        if value is None:
+            wb.delete(key)
+        else:
+            wb.put(key, value)
+
+
+def test_row_sets_every_store_merged_move_to_the_shared_base_and_reads_stay_the_same() -> None:
+    """RowInterner.merged: once every store merged a shared row set it lives once, in the base;
+    each store reads exactly what a MemoryStore given the same writes reads, before and after,
+    whatever it changed in between (a delete of a base row, a put over one, a row set not yet
+    merged everywhere)."""
+    rows = RowInterner()
+    stores = [SimStore(rows) for _ in range(3)]
+    mems = [MemoryStore() for _ in stores]
+
+    def check() -> None:
+        for store, mem in zip(stores, mems, strict=True):
+            assert store.snapshot() == mem.snapshot()
+            assert list(store.iter_prefix(b"u")) == list(mem.iter_prefix(b"u"))
+            for key in (b"u1", b"u2", b"u3", b"u4", b"own"):
+                assert store.get(key) == mem.get(key)
+
+    first: dict[bytes, bytes | None] = {b"u1": b"one", b"u2": b"two", b"u3": b"three"}
+    for i, (store, mem) in enumerate(zip(stores, mems, strict=True)):
+        _put(store, b"own", b"%d" % i)
+        _put(mem, b"own", b"%d" % i)
+        if i == 1:  # this store changes a row of the set before the others merge it
+            for s in (store, mem):
+                _merge(s, first)
+                _put(s, b"u2", b"changed")
+        else:
+            for s in (store, mem):
+                _merge(s, first)
+        check()
+    assert rows.base == {b"u1": b"one", b"u2": b"two", b"u3": b"three"}  # merged everywhere
+    assert b"u1" not in stores[0]._data  # no longer held per store
+    assert stores[1]._data[b"u2"] == b"changed"  # what differs stays
+    for s in (stores[0], mems[0]):
+        _put(s, b"u1", None)  # a delete of a base row
+    check()
+    second: dict[bytes, bytes | None] = {b"u3": None, b"u4": b"four", b"u1": b"again"}
+    for store, mem in zip(stores[:2], mems[:2], strict=True):
+        _merge(store, second)
+        _merge(mem, second)
+    check()
+    assert b"u4" not in rows.base  # the third store has not merged it yet
+    _merge(stores[2], second)
+    _merge(mems[2], second)
+    check()
+    assert rows.base == {b"u1": b"again", b"u2": b"two", b"u4": b"four"}
+    assert all(b"u4" not in s._data and b"u3" not in s._data for s in stores)
