@@ -15,8 +15,10 @@ buckets the same way). It is then raised to two lower bounds:
 - **the floor**: the lowest rate the pool admits now (it accepts any fee, 0 included, until
   eviction sets a floor, ``Mempool.min_fee_rate``, or it is full: then a rate above its lowest);
 - **the queue**: a tx is packed best fee per byte first (``Mempool.select_for_template``, §3.4),
-  so if the pool holds more bytes at rates above r than the level sets of the window made VALID on
-  average in N milestones, r waits longer than N: the estimate must beat the rate at that depth.
+  so if the pool holds more txs or bytes at rates above r than N milestones' blocks can carry (the
+  window's mean blocks per level set, each ``block_capacity`` - 1 txs and ``max_block_bytes`` -
+  512 bytes), r waits longer than N: the estimate must beat the rate at that depth. Capacity, not
+  the txs that went VALID, is the yardstick: on a quiet network those measure demand.
 
 With fewer than ``MIN_GROUP_TXS`` samples the history says nothing and the estimate is the floor
 (raised by the queue). If even the highest group missed 90 %, no rate the node saw reached N (with
@@ -34,10 +36,13 @@ from dataclasses import dataclass
 from typing import final
 
 from dagchain.mempool import Mempool
+from dagchain.params import ConsensusParams
+from dagchain.template import REDEMPTION_ROOM_BYTES
 
 __all__ = [
     "FEE_TARGETS",
     "FEE_WINDOW_MILESTONES",
+    "LIKELIHOOD",
     "MILLI",
     "MIN_GROUP_TXS",
     "ConfirmedTx",
@@ -123,7 +128,7 @@ class _LevelSetRecord:
     applied_ms: int
     samples: Counter[tuple[int, int]]
     """(bucket, capped wait) -> txs."""
-    valid_bytes: int
+    blocks: int
 
 
 @final
@@ -131,16 +136,25 @@ class FeeEstimator:
     """Fee statistics of the last ``window`` level sets of one node (module docstring).
 
     Args:
+        params: Network parameters (the block limits of the queue bound).
         best_height: The best height when the node starts (pool arrivals before the first
             level set map to it).
         now_ms: The time of that height.
         window: Level sets kept.
     """
 
-    def __init__(self, best_height: int, now_ms: int, window: int = FEE_WINDOW_MILESTONES) -> None:
+    def __init__(
+        self,
+        params: ConsensusParams,
+        best_height: int,
+        now_ms: int,
+        window: int = FEE_WINDOW_MILESTONES,
+    ) -> None:
         if window < 1:
             raise ValueError("the fee window needs at least one milestone")
         self.window = window
+        self._block_txs = max(1, params.block_capacity - 1)
+        self._block_bytes = max(1, params.max_block_bytes - REDEMPTION_ROOM_BYTES)
         self._records: deque[_LevelSetRecord] = deque(maxlen=window)
         self._start = (best_height, now_ms)
 
@@ -170,7 +184,7 @@ class FeeEstimator:
         return records[low].height
 
     def on_level_set(
-        self, height: int, now_ms: int, confirmed: Iterable[ConfirmedTx], valid_bytes: int
+        self, height: int, now_ms: int, confirmed: Iterable[ConfirmedTx], blocks: int
     ) -> None:
         """Record a level set applied to the best chain at ``now_ms``.
 
@@ -179,7 +193,7 @@ class FeeEstimator:
                 are dropped first.
             now_ms: When the node applied it.
             confirmed: Its VALID txs that were in the node's pool, as the pool had them.
-            valid_bytes: Bytes of all its VALID txs (the queue bound's throughput).
+            blocks: Its blocks (the queue bound's capacity).
         """
         while self._records and self._records[-1].height >= height:
             self._records.pop()
@@ -187,7 +201,7 @@ class FeeEstimator:
         for tx in confirmed:
             wait = max(1, height - self.seen_height(tx.arrival_ms))
             samples[(_bucket(rate_of(tx.fee, tx.size)), min(wait, _WAIT_CAP))] += 1
-        self._records.append(_LevelSetRecord(height, now_ms, samples, valid_bytes))
+        self._records.append(_LevelSetRecord(height, now_ms, samples, blocks))
 
     def estimate(self, pool: Mempool) -> FeeEstimate:
         """The estimates from the window and the pool as it is now (module docstring)."""
@@ -249,17 +263,18 @@ class FeeEstimator:
         return 0 if best is None else best  # no full group: the history says nothing
 
     def _queue_rate(self, target: int, queue: list[tuple[int, int, int]]) -> int:
-        """The rate to be among the bytes the window's level sets clear in ``target`` milestones.
+        """The rate to be among what ``target`` milestones' blocks can carry.
 
         0 if the window is empty or the pool is shorter than that.
         """
         if not self._records:
             return 0
-        per_milestone = sum(r.valid_bytes for r in self._records) // len(self._records)
-        room = per_milestone * target
+        blocks = target * sum(r.blocks for r in self._records) // len(self._records)
+        room_txs, room_bytes = blocks * self._block_txs, blocks * self._block_bytes
         for rate, size, _ in queue:
-            room -= size
-            if room < 0:
+            room_txs -= 1
+            room_bytes -= size
+            if room_txs < 0 or room_bytes < 0:
                 return rate + 1
         return 0
 

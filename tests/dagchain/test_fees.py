@@ -39,17 +39,17 @@ def confirmed(rate: int, wait: int, height: int, count: int) -> list[ConfirmedTx
 def history(level_sets: list[list[tuple[int, int, int]]], lead: int = LEAD) -> FeeEstimator:
     """An estimator fed ``lead`` empty level sets from height 1, then ``level_sets`` (each a list
     of (rate, wait, count)); the lead lets the txs of the first ones have waited that long."""
-    est = FeeEstimator(best_height=0, now_ms=0)
+    est = FeeEstimator(SIM, best_height=0, now_ms=0)
     for offset, groups in enumerate([[] for _ in range(lead)] + level_sets):
         height = 1 + offset
         txs = [tx for rate, wait, n in groups for tx in confirmed(rate, wait, height, n)]
-        est.on_level_set(height, height * MS, txs, valid_bytes=SIZE * len(txs))
+        est.on_level_set(height, height * MS, txs, blocks=1)
     return est
 
 
 def test_empty_history_and_pool_give_the_floor_zero() -> None:
     """A new node knows nothing: any fee the pool admits is the answer, and it says so."""
-    estimate = FeeEstimator(best_height=5, now_ms=0).estimate(Mempool(SIM))
+    estimate = FeeEstimator(SIM, best_height=5, now_ms=0).estimate(Mempool(SIM))
     assert estimate.rates == ((1, 0), (3, 0), (10, 0))
     assert (estimate.floor, estimate.txs, estimate.milestones) == (0, 0, 0)
 
@@ -126,23 +126,27 @@ def test_pool_txs_already_late_count_as_failures() -> None:
 
 
 def test_queue_ahead_raises_the_estimate() -> None:
-    """More bytes waiting above the history's rate than the window clears in N milestones."""
-    est = history([[(1_000, 1, 25)]])  # 25 txs of 200 bytes cleared per milestone
+    """More txs waiting above the history's rate than N milestones' blocks can carry."""
+    est = history([[(1_000, 1, 25)]])  # one block per level set: 127 txs per milestone
+    per_milestone = SIM.block_capacity - 1
     pool = Mempool(SIM)
-    txs = [transfer(n) for n in range(400)]
-    for n, tx in enumerate(txs):  # fresh arrivals (not late), rates 10,000 + n
+    for n in range(400):  # fresh arrivals (not late), rates 10,000 + n
+        tx = transfer(n)
         pool.add(tx, fee_for(10_000 + n, len(tx.raw)), (LEAD + 1) * MS + 5)
     estimate = est.estimate(pool)
-    per_milestone = 25 * SIZE
-    for target, rate in estimate.rates:
+    for target in (1, 3):
+        rate = estimate.rate(target)
         assert rate is not None
         assert rate > 10_000
-        ahead = sum(
-            len(tx.raw)
-            for n, tx in enumerate(txs)
-            if rate_of(fee_for(10_000 + n, len(tx.raw)), len(tx.raw)) >= rate
-        )
-        assert ahead <= per_milestone * target
+        ahead = sum(1 for t in pool.txids_by_fee_rate() if pool_rate(pool, t) >= rate)
+        assert per_milestone * target - 10 < ahead <= per_milestone * target  # ties in rate_of
+    assert estimate.rate(10) == bound(1_000), "1,270 txs fit in 10 milestones: no queue"
+
+
+def pool_rate(pool: Mempool, txid: bytes) -> int:
+    entry = pool.get(txid)
+    assert entry is not None
+    return rate_of(entry.fee, entry.size)
 
 
 def test_eviction_floor_is_the_least_estimate() -> None:
@@ -171,16 +175,16 @@ def test_window_keeps_only_the_last_milestones() -> None:
 def test_reorg_replaces_the_undone_level_sets() -> None:
     """A level set applied again at a height drops the records from that height up."""
     est = history([[(1_000, 1, 30)], [(1_000, 1, 30)], [(1_000, 1, 30)]], lead=0)
-    est.on_level_set(2, 10 * MS, [], valid_bytes=0)
+    est.on_level_set(2, 10 * MS, [], blocks=1)
     estimate = est.estimate(Mempool(SIM))
     assert (estimate.milestones, estimate.txs) == (2, 30)
     assert est.best_height == 2
 
 
 def test_seen_height_maps_arrival_times_to_the_best_height_then() -> None:
-    est = FeeEstimator(best_height=10, now_ms=10 * MS)
+    est = FeeEstimator(SIM, best_height=10, now_ms=10 * MS)
     for height in (11, 12, 13):
-        est.on_level_set(height, height * MS, [], valid_bytes=0)
+        est.on_level_set(height, height * MS, [], blocks=1)
     assert est.seen_height(12 * MS + 500) == 12
     assert est.seen_height(13 * MS) == 13
     assert est.seen_height(5 * MS) == 10  # before the first level set: the start height
