@@ -49,8 +49,9 @@ def parse_fee(text: str) -> int | str:
     return value
 
 
-async def fee_rate(client: NodeApi, say: Callable[[str], None]) -> int:
-    """The node's rate for ``AUTO_TARGET`` milestones, in milli-units per byte.
+async def fee_rate(client: NodeApi, say: Callable[[str], None]) -> tuple[int, str]:
+    """The node's rate for ``AUTO_TARGET`` milestones (or ``FALLBACK_TARGET``), in milli-units
+    per byte, and the target it is for.
 
     Raises:
         WalletError: unreachable node, a node without ``GET /v1/fees``, or no rate at all.
@@ -64,18 +65,17 @@ async def fee_rate(client: NodeApi, say: Callable[[str], None]) -> int:
             ) from None
         raise api_error(exc) from None
     rates = answer.fee_per_byte
-    rate = rates.within_3
-    if rate is None and rates.within_10 is not None:
-        say(
-            f"node has no fee rate for {AUTO_TARGET} milestones (no fee it saw got there); "
-            f"paying its {FALLBACK_TARGET}-milestone rate"
-        )
-        rate = rates.within_10
-    if rate is None:
+    if rates.within_3 is not None:
+        return round(rates.within_3 * MILLI), AUTO_TARGET
+    if rates.within_10 is None:
         raise WalletError(
             f"node has no fee estimate within {FALLBACK_TARGET} milestones; pass --fee N"
         )
-    return round(rate * MILLI)
+    say(
+        f"node has no fee rate for {AUTO_TARGET} milestones (no fee it saw got there); "
+        f"paying its {FALLBACK_TARGET}-milestone rate"
+    )
+    return round(rates.within_10 * MILLI), FALLBACK_TARGET
 
 
 async def auto_fee(
@@ -95,7 +95,7 @@ async def auto_fee(
     Raises:
         WalletError: as :func:`fee_rate`, or insufficient funds.
     """
-    rate = await fee_rate(client, say)
+    rate, target = await fee_rate(client, say)
     _, _, utxos = await fetch_utxos(client, encode_address(params.hrp, address_of(secret)))
     fee = 0
     size = 0
@@ -106,5 +106,5 @@ async def auto_fee(
         if needed <= fee:
             break
         fee = needed
-    say(f"fee: {fee} units ({rate / MILLI:g} per byte for {AUTO_TARGET} milestones x {size} bytes)")
+    say(f"fee: {fee} units ({rate / MILLI:g} per byte for {target} milestones x {size} bytes)")
     return fee

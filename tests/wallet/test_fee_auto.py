@@ -71,6 +71,7 @@ async def test_auto_falls_back_to_ten_milestones_and_says_so() -> None:
     fee = await fees.auto_fee(node, DEVNET, SECRET, TO, AMOUNT, lines.append)  # type: ignore[arg-type]
     assert 750 <= paid_rate(fee, coins) < 760
     assert "no fee rate for 3 milestones" in lines[0]
+    assert "0.75 per byte for 10 milestones" in lines[1]
 
 
 async def test_auto_without_any_estimate_asks_for_a_fee() -> None:
