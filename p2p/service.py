@@ -41,6 +41,8 @@ EventKind = Literal["block", "milestone", "reorg", "tx"]
 LOCATOR_DENSE = 10
 """P7: the locator lists the last 10 heights one by one, then steps back 2, 4, 8, ..."""
 LOCATOR_MAX = 64
+FEE_CACHE_MS = 1_000
+"""``GET /v1/fees`` answers from an estimate at most this old (or a new level set's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,8 @@ class NodeService:
         """Inside :meth:`sync_batch`: the outcomes to report once the batch is written."""
         self.fees = FeeEstimator(params, chain.best_height, clock())
         """What this node saw of recent level sets and its pool's txs (``GET /v1/fees``)."""
+        self._fee_cache: tuple[int, int, FeeEstimate] | None = None
+        """(best height, time, estimate): :meth:`fee_estimate` walks the whole pool."""
 
     # ------------------------------------------------------------------ events
     def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
@@ -275,8 +279,13 @@ class NodeService:
         self.fees.on_level_set(delta.height, now, confirmed, len(delta.order))
 
     def fee_estimate(self) -> FeeEstimate:
-        """Fee rates to be VALID within 1, 3 and 10 milestones (``dagchain.fees``)."""
-        return self.fees.estimate(self.mempool)
+        """Fee rates to be VALID within 1, 3 and 10 milestones (``dagchain.fees``), computed
+        again after ``FEE_CACHE_MS`` or a new level set (a full pool takes tens of ms)."""
+        now, height = self.clock(), self.fees.best_height
+        cached = self._fee_cache
+        if cached is None or cached[0] != height or not 0 <= now - cached[1] < FEE_CACHE_MS:
+            cached = self._fee_cache = (height, now, self.fees.estimate(self.mempool))
+        return cached[2]
 
     def _milestone_event(self, delta: LevelSetDelta) -> NodeEvent:
         block = self.chain.get_block(delta.milestone)

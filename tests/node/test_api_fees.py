@@ -59,3 +59,14 @@ def test_txs_seen_valid_within_a_milestone_set_the_estimate(tmp_path: Path) -> N
         assert 0 < expected <= rate / 1000
         assert body["fee_per_byte"] == {"1": expected, "3": expected, "10": expected}
         assert body["sample"]["txs"] == 1 + len(txs)
+
+
+def test_the_estimate_is_reused_for_a_second_then_computed_again(tmp_path: Path) -> None:
+    """It walks the whole pool: a client polling GET /v1/fees costs one walk a second at most."""
+    with serving(tmp_path) as api:
+        service = api.node.service
+        first = service.fee_estimate()
+        api.node.now_ms += 999
+        assert service.fee_estimate() is first
+        api.node.now_ms += 1
+        assert service.fee_estimate() is not first
