@@ -170,6 +170,10 @@ class NodeApi:
         """``GET /v1/mempool``."""
         return await self.run(endpoints.mempool())
 
+    async def fees(self) -> M.FeesResponse:
+        """``GET /v1/fees``: units per byte to be VALID within 1, 3 and 10 milestones."""
+        return await self.run(endpoints.fees())
+
     async def peers(self) -> list[M.PeerInfo]:
         """``GET /v1/peers``."""
         return await self.run(endpoints.peers())

@@ -169,7 +169,7 @@ def _known_fields(model: type[BaseModel], data: Any) -> Any:
     fields), when ``model`` forbids extra keys; anything else is left for validation to judge."""
     if not isinstance(data, dict) or model.model_config.get("extra") != "forbid":
         return data
-    fields = model.model_fields
+    fields = {field.alias or name: field for name, field in model.model_fields.items()}
     return {k: _known(fields[k].annotation, v) for k, v in data.items() if k in fields}
 
 
@@ -219,6 +219,7 @@ _SUBMIT_TX = reader(M.SubmitTxResponse)
 _SUBMIT_TX_BATCH = reader(M.SubmitTxBatchResponse)
 _ADDRESS = reader(M.AddressResponse)
 _MEMPOOL = reader(M.MempoolResponse)
+_FEES = reader(M.FeesResponse)
 _PEERS = reader(list[M.PeerInfo])
 _TEMPLATE = reader(M.TemplateResponse)
 _SUBMIT_BLOCK = reader(M.SubmitBlockResponse)
@@ -291,6 +292,10 @@ class endpoints:
     @staticmethod
     def mempool() -> Call[M.MempoolResponse]:
         return Call("GET", "/v1/mempool", _MEMPOOL)
+
+    @staticmethod
+    def fees() -> Call[M.FeesResponse]:
+        return Call("GET", "/v1/fees", _FEES)
 
     @staticmethod
     def peers() -> Call[list[M.PeerInfo]]:

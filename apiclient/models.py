@@ -21,6 +21,9 @@ __all__ = [
     "ErrorBody",
     "ErrorResponse",
     "EventMessage",
+    "FeeRates",
+    "FeeSample",
+    "FeesResponse",
     "LookupResponse",
     "MempoolResponse",
     "MempoolSummary",
@@ -219,6 +222,30 @@ class MempoolResponse(_Model):
     size: int
     bytes: int
     txids: list[Hex32]
+
+
+class FeeRates(_Model):
+    """Units per byte to be VALID within N milestones with 90 % likelihood, keyed "1", "3",
+    "10"; multiples of 0.001, rounded up; null when no fee rate the node saw reached N."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+
+    within_1: float | None = Field(alias="1")
+    within_3: float | None = Field(alias="3")
+    within_10: float | None = Field(alias="10")
+
+
+class FeeSample(_Model):
+    txs: int = Field(description="txs of the node's pool seen VALID in the window")
+    milestones: int = Field(description="level sets in the window")
+    window: int = Field(description="level sets the node keeps (the most recent)")
+
+
+class FeesResponse(_Model):
+    fee_per_byte: FeeRates
+    floor: float = Field(description="the lowest units per byte the node's mempool admits now")
+    likelihood: float = Field(description="0.9")
+    sample: FeeSample
 
 
 class PeerInfo(_Model):

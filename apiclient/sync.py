@@ -148,6 +148,10 @@ class SyncNodeApi:
         """``GET /v1/mempool``."""
         return self.run(endpoints.mempool())
 
+    def fees(self) -> M.FeesResponse:
+        """``GET /v1/fees``: units per byte to be VALID within 1, 3 and 10 milestones."""
+        return self.run(endpoints.fees())
+
     def peers(self) -> list[M.PeerInfo]:
         """``GET /v1/peers``."""
         return self.run(endpoints.peers())

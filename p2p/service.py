@@ -23,6 +23,7 @@ from dagchain.errors import (
     NotYetValid,
     Reason,
 )
+from dagchain.fees import ConfirmedTx, FeeEstimate, FeeEstimator
 from dagchain.ledger import LevelSetDelta
 from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolError
 from dagchain.params import ConsensusParams
@@ -40,6 +41,8 @@ EventKind = Literal["block", "milestone", "reorg", "tx"]
 LOCATOR_DENSE = 10
 """P7: the locator lists the last 10 heights one by one, then steps back 2, 4, 8, ..."""
 LOCATOR_MAX = 64
+FEE_CACHE_MS = 1_000
+"""``GET /v1/fees`` answers from an estimate at most this old (or a new level set's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,10 @@ class NodeService:
         """Txs of undone level sets that went back into the mempool (§4.4 policy)."""
         self._deferred: list[tuple[BlockOutcome, int, str]] | None = None
         """Inside :meth:`sync_batch`: the outcomes to report once the batch is written."""
+        self.fees = FeeEstimator(params, chain.best_height, clock())
+        """What this node saw of recent level sets and its pool's txs (``GET /v1/fees``)."""
+        self._fee_cache: tuple[int, int, FeeEstimate] | None = None
+        """(best height, time, estimate): :meth:`fee_estimate` walks the whole pool."""
 
     # ------------------------------------------------------------------ events
     def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
@@ -241,6 +248,8 @@ class NodeService:
         """§4.4 mempool policy, then one ``reorg`` event (if anything was undone) and one
         ``milestone`` event per level set applied, oldest first."""
         now = self.clock()
+        for delta in reorg.applied:  # before the pool forgets the txs it confirms
+            self._record_fees(delta, now)
         self.readded_txs += follow_reorg(self.chain, self.mempool, reorg, now)
         if reorg.undone:
             self.reorg_count += 1
@@ -259,6 +268,24 @@ class NodeService:
         if self._listeners:
             for delta in reorg.applied:
                 self._emit(self._milestone_event(delta))
+
+    def _record_fees(self, delta: LevelSetDelta, now: int) -> None:
+        """Tell the fee estimator which pool txs this level set made VALID, and when."""
+        confirmed: list[ConfirmedTx] = []
+        for tx, reason in self.chain.level_set_txs(delta):
+            entry = self.mempool.get(tx.txid) if reason == Reason.VALID else None
+            if entry is not None:
+                confirmed.append(ConfirmedTx(entry.fee, entry.size, entry.arrival_ms))
+        self.fees.on_level_set(delta.height, now, confirmed, len(delta.order))
+
+    def fee_estimate(self) -> FeeEstimate:
+        """Fee rates to be VALID within 1, 3 and 10 milestones (``dagchain.fees``), computed
+        again after ``FEE_CACHE_MS`` or a new level set (a full pool takes tens of ms)."""
+        now, height = self.clock(), self.fees.best_height
+        cached = self._fee_cache
+        if cached is None or cached[0] != height or not 0 <= now - cached[1] < FEE_CACHE_MS:
+            cached = self._fee_cache = (height, now, self.fees.estimate(self.mempool))
+        return cached[2]
 
     def _milestone_event(self, delta: LevelSetDelta) -> NodeEvent:
         block = self.chain.get_block(delta.milestone)

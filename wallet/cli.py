@@ -35,7 +35,7 @@ from dagchain.genesis import FAUCET_SECRET
 from dagchain.params import ConsensusParams
 from dagchain.transactions import Transaction
 from dagchain.types import Address
-from wallet import loadgen
+from wallet import fees, loadgen
 from wallet.coins import (
     NETWORKS,
     WalletError,
@@ -67,7 +67,6 @@ SCRYPT_P = 1
 _AAD_TAG = b"dagchain-wallet-v1"
 SEND_ATTEMPTS = 8
 """A shared wallet (the faucet) may lose a race for a UTXO: retry with other coins (bounded)."""
-DEFAULT_FEE = 1000
 TRACK_POLL_S = 0.5
 """``send --wait``: how often ``GET /v1/txs/{txid}`` is asked."""
 REPAY_ATTEMPTS = 4
@@ -439,11 +438,14 @@ async def _send(args: argparse.Namespace, secret: bytes) -> str:
     async with NodeApi(args.node) as client:
         params = await _node_params(client, args)
         to = parse_address(params, args.to)
-        tx = await send_payment(client, params, secret, to, args.amount, args.fee)
+        fee = args.fee
+        if fee == fees.AUTO:
+            fee = await fees.auto_fee(client, params, secret, to, args.amount, _progress)
+        tx = await send_payment(client, params, secret, to, args.amount, fee)
         if args.wait is None:
             return tx.txid.hex()
         _progress(f"submitted tx {tx.txid.hex()}; waiting up to {args.wait:g} s to confirm")
-        payment = (to, args.amount, args.fee)
+        payment = (to, args.amount, fee)
         tx = await settle_payment(client, params, secret, payment, tx, args.wait, _progress)
         return tx.txid.hex()
 
@@ -517,7 +519,13 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--node", required=True)
     send.add_argument("--to", required=True, help="bech32m address")
     send.add_argument("--amount", type=int, required=True, help="units")
-    send.add_argument("--fee", type=int, default=DEFAULT_FEE, help="units (default %(default)s)")
+    send.add_argument(
+        "--fee",
+        type=fees.parse_fee,
+        default=fees.AUTO,
+        help="units, or 'auto' (default): the node's fee per byte for 3 milestones (GET /v1/fees) "
+        "x the tx's size",
+    )
     send.add_argument(
         "--wait",
         type=float,

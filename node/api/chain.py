@@ -12,6 +12,7 @@ from dagchain.errors import (
     InvalidTransaction,
     Reason,
 )
+from dagchain.fees import LIKELIHOOD, MILLI
 from dagchain.mempool import MempoolDuplicate, MempoolError, MempoolFull
 from dagchain.pow import encode_compact
 from dagchain.queries import block_tx_reasons, milestone_at, utxos_of
@@ -313,6 +314,24 @@ async def mempool(request: web.Request) -> web.Response:
     txids = pool.txids_by_fee_rate(MEMPOOL_TXIDS_MAX)
     return json_answer(
         M.MempoolResponse(size=len(pool), bytes=pool.total_bytes, txids=[t.hex() for t in txids])
+    )
+
+
+async def fees(request: web.Request) -> web.Response:
+    """``GET /v1/fees``: the node's fee estimates (``dagchain.fees``) in units per byte."""
+    service = request.app[CTX].service
+    estimate = service.fee_estimate()
+    return json_answer(
+        M.FeesResponse(
+            fee_per_byte=M.FeeRates.model_validate(
+                {str(n): None if rate is None else rate / MILLI for n, rate in estimate.rates}
+            ),
+            floor=estimate.floor / MILLI,
+            likelihood=LIKELIHOOD[0] / LIKELIHOOD[1],
+            sample=M.FeeSample(
+                txs=estimate.txs, milestones=estimate.milestones, window=service.fees.window
+            ),
+        )
     )
 
 

@@ -13,6 +13,7 @@ from node.api.admin import admin_invalidate, admin_reconsider
 from node.api.chain import (
     address,
     dag,
+    fees,
     get_block,
     get_block_raw,
     get_tx,
@@ -257,6 +258,18 @@ ROUTES: tuple[Route, ...] = (
         "Mempool summary",
         f"Size, bytes and the first {MEMPOOL_TXIDS_MAX} txids by fee rate.",
         M.MempoolResponse,
+    ),
+    Route(
+        "GET",
+        "/v1/fees",
+        fees,
+        "getFees",
+        "Fee estimates",
+        "Units per byte to be VALID within 1, 3 and 10 milestones with 90 % likelihood, from the "
+        "txs of this node's pool that recent level sets made VALID and from the pool itself "
+        '(docs/node.md, "Fee estimates"); null for a target no fee rate reached; the floor the '
+        "mempool admits; the sample the estimates rest on.",
+        M.FeesResponse,
     ),
     Route(
         "GET",

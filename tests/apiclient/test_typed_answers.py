@@ -130,6 +130,16 @@ CASES: list[tuple[Call[Any], Any, Any]] = [
     ),
     (endpoints.mempool(), {"size": 1, "bytes": 200, "txids": [H]}, M.MempoolResponse),
     (
+        endpoints.fees(),
+        {
+            "fee_per_byte": {"1": None, "3": 2.501, "10": 0.5},
+            "floor": 0.0,
+            "likelihood": 0.9,
+            "sample": {"txs": 40, "milestones": 100, "window": 100},
+        },
+        M.FeesResponse,
+    ),
+    (
         endpoints.peers(),
         [
             {

@@ -625,5 +625,6 @@ def test_wallet_command_lines_parse() -> None:
     send = parse(["--devnet-faucet", "send", "--node", "u", "--to", "a", "--amount", "5"])
     assert (send.devnet_faucet, send.to, send.amount) == (True, "a", 5)
     assert parse(["send", "--node", "u", "--to", "a", "--amount", "5", "--fee", "9"]).fee == 9
+    assert send.fee == "auto", "INTERFACES.md: --fee auto is the default"
     load = parse(["load", "--node", "u", "--rate", "2.5", "--duration", "3", "--accounts", "4"])
     assert (load.rate, load.duration, load.accounts) == (2.5, 3.0, 4)

@@ -152,7 +152,7 @@ def test_faucet_to_a_to_b_with_change_matches_every_nodes_ledger(
     assert "wrong password" in wrong.stderr
     broke = wallet(
         *("--wallet", str(b_file), "send", "--node", nodes[0].url, "--to", a),
-        *("--amount", str(3 * 10**8)),  # + the 1,000 fee: one unit too many
+        *("--amount", str(3 * 10**8), "--fee", "1"),  # one unit too many
         password="pw-2",
         check=False,
     )
