@@ -208,7 +208,10 @@ def _dask(
         except (OSError, TimeoutError, ValueError) as exc:
             raise ScenarioError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     else:
-        client = Client(LocalCluster(n_workers=max(1, workers), processes=True))
+        # no fixed dashboard port: a second local cluster on the machine must not fail
+        client = Client(
+            LocalCluster(n_workers=max(1, workers), processes=True, dashboard_address=":0")
+        )
     with client:
         futures = [client.submit(run_point, *job, pure=True) for job in jobs]
         return list(client.gather(futures))
