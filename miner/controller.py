@@ -53,6 +53,7 @@ from dagchain.transactions import (
     sign_transaction,
 )
 from dagchain.types import Address, BlockId, TxId
+from miner.pacing import Pacer, default_burst
 from miner.pool import HashPool, default_worker_kind
 from miner.search import KERNEL, LANES
 
@@ -432,12 +433,11 @@ class Miner:
             log.warning("C kernel not built: hashing with hashlib in worker processes (slower)")
         events = asyncio.create_task(self.follow_events())
         status_task = asyncio.create_task(self._status_loop())
-        min_gap = 1.0 / self.cfg.rate if self.cfg.rate > 0 else 0.0
+        pacer = Pacer(self.cfg.rate, burst=default_burst(self.cfg.rate))
         try:
             with HashPool(self.cfg.threads) as pool:
-                last = 0.0
                 while self.cfg.blocks is None or self.stats.blocks < self.cfg.blocks:
-                    wait = last + min_gap - time.monotonic()
+                    wait = pacer.delay(time.monotonic())
                     if wait > 0:
                         await asyncio.sleep(wait)
                     try:
@@ -448,7 +448,7 @@ class Miner:
                         await asyncio.sleep(1)
                         continue
                     if accepted:
-                        last = time.monotonic()
+                        pacer.on_accepted(time.monotonic())
                     elif self.stats.rejected and self.stats.rejected % 5 == 0:
                         await asyncio.sleep(0.5)  # a run of rejections: do not spin
         finally:
