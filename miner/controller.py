@@ -54,8 +54,8 @@ from dagchain.transactions import (
 )
 from dagchain.types import Address, BlockId, TxId
 from miner.pacing import Pacer, default_burst
-from miner.pool import HashPool, default_worker_kind
-from miner.search import KERNEL, LANES
+from miner.pool import HashPool, SearchResult, default_worker_kind
+from miner.search import KERNEL, LANES, search_nonce
 
 log = logging.getLogger("dagchain.miner")
 
@@ -63,6 +63,9 @@ KEY_FILE = "redemption.key"
 STATE_FILE = "state.json"
 _REDEEM_RETRY_BLOCKS = 64
 """Blocks after which a redemption whose anchor has not moved is taken as INVALID and redone."""
+_INLINE_NONCES = 64
+"""Nonces tried in the event loop before the worker pool is asked (microseconds of work): on
+devnet nearly every hash is a block, and a pool hand-off costs 0.4-3 ms a block (issue 25)."""
 
 
 class MinerError(Exception):
@@ -434,7 +437,7 @@ class Miner:
         prefix = header.encode()[:NONCE_OFFSET]
         target = int(t.target_value)
         start = secrets.randbelow(1 << 62)
-        result = await asyncio.to_thread(pool.search, prefix, target, start=start, abort=self.abort)
+        result = await self._search(pool, prefix, target, start)
         self.stats.hashes += result.hashes
         self.stats.search_s += result.seconds
         if result.nonce is None:
@@ -443,6 +446,15 @@ class Miner:
         block = make_block(dataclasses.replace(header, nonce=result.nonce), tip_links_of(t), txs)
         answer = await self.submit(block.raw)
         return self._on_submitted(t, block.id.hex(), answer, redeeming)
+
+    async def _search(self, pool: HashPool, prefix: bytes, target: int, start: int) -> SearchResult:
+        """A few nonces in the loop first, then the workers (a thread hop, then theirs)."""
+        t0 = time.perf_counter()
+        nonce = search_nonce(prefix, target, start, _INLINE_NONCES)
+        if nonce is not None:
+            return SearchResult(nonce, nonce - start + 1, time.perf_counter() - t0)
+        start += _INLINE_NONCES
+        return await asyncio.to_thread(pool.search, prefix, target, start=start, abort=self.abort)
 
     def _on_submitted(
         self,

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from apiclient.models import SubmitBlockResponse, TemplateResponse
-from dagchain.blocks import compute_tips_root
+from dagchain.blocks import NONCE_OFFSET, compute_tips_root
 from dagchain.crypto import ZERO_HASH
 from dagchain.params import DEVNET
 from dagchain.transactions import REDEMPTION_INDEX, TxKind, verify_tx_signatures
@@ -155,3 +155,16 @@ def test_an_older_snapshot_never_replaces_a_newer_one(tmp_path: Path) -> None:
     writer._write(*new)
     writer._write(*old)  # a worker thread that lost the race
     assert MinerState.load(tmp_path, "devnet").blocks == 2
+
+
+class _NoPool:
+    def search(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the pool was asked")
+
+
+async def test_an_easy_target_is_solved_without_the_worker_pool(tmp_path: Path) -> None:
+    """On devnet nearly every hash is a block: no thread hand-off for it (issue 25 item 4)."""
+    miner = _miner(tmp_path)
+    prefix = bytes(NONCE_OFFSET)
+    result = await miner._search(_NoPool(), prefix, (1 << 256) - 1, start=1000)  # type: ignore[arg-type]
+    assert (result.nonce, result.hashes) == (1000, 1)
