@@ -1,11 +1,15 @@
-"""``dagchain-wallet``: an encrypted single-key keystore, balances, payments and a load generator.
+"""``dagchain-wallet``: an encrypted keystore (HD or one-key), balances, payments, a load generator.
 
-Keystore (INTERFACES.md, docs/wallet.md): one JSON file, mode 0600, never overwritten. The
-32-byte secret key is sealed with ChaCha20-Poly1305 under a key derived from the password by
-scrypt (memory-hard; n = 2^15, r = 8, p = 1: 32 MiB and about 0.1 s). The address and network
-are stored in clear so ``address`` needs no password, and they are the AEAD's associated data, so
-editing them makes the file fail to open. This is the only module that imports ``cryptography``
-(an import-linter contract).
+Keystore (INTERFACES.md, docs/wallet.md): one JSON file, mode 0600. An HD wallet (version 2,
+``new`` and ``restore``) seals its 64-byte BIP39 seed; a one-key wallet (version 1, the files of
+earlier releases) seals a 32-byte secret key. Either is sealed with ChaCha20-Poly1305 under a
+key derived from the password by scrypt (memory-hard; n = 2^15, r = 8, p = 1: 32 MiB and about
+0.1 s). The network, the first address and (HD) the account's extended public key are stored in
+clear, so ``address``, ``receive`` and ``balance`` need no password, and they are the AEAD's
+associated data, so editing them makes the file fail to open. An HD file also holds in clear
+the next unused receive and change indices; ``receive`` and ``send`` rewrite it atomically
+(a new file renamed over the old) to advance them. ``new`` and ``restore`` never overwrite a
+file. This is the only module that imports ``cryptography`` (an import-linter contract).
 
 ``--devnet-faucet`` uses the documented devnet genesis key (secret key 1, PROTOCOL.md §10) as the
 wallet and refuses any node whose ``/v1/status`` network is not devnet.
@@ -35,14 +39,19 @@ from dagchain.genesis import FAUCET_SECRET
 from dagchain.params import ConsensusParams
 from dagchain.transactions import Transaction
 from dagchain.types import Address
-from wallet import fees, loadgen
+from wallet import fees, hd, loadgen
 from wallet.coins import (
+    FETCH_CONCURRENCY,
     NETWORKS,
+    Keys,
+    Utxo,
     WalletError,
     address_of,
     api_error,
-    build_payment,
+    as_keys,
+    build_spend,
     fetch_utxos,
+    fetch_wallet_utxos,
     node_network,
     parse_address,
     select_coins,
@@ -51,20 +60,31 @@ from wallet.coins import (
 __all__ = [
     "Keystore",
     "decode_keystore",
+    "encode_hd_keystore",
     "encode_keystore",
     "main",
     "read_keystore_header",
     "send_payment",
     "settle_payment",
+    "write_hd_wallet",
     "write_new_wallet",
 ]
 
 PASSWORD_ENV = "DAGCHAIN_WALLET_PASSWORD"
 KEYSTORE_VERSION = 1
+"""A one-key wallet: one sealed secret key."""
+HD_KEYSTORE_VERSION = 2
+"""An HD wallet: the sealed BIP39 seed and the account's extended public key."""
 SCRYPT_N = 2**15
 SCRYPT_R = 8
 SCRYPT_P = 1
 _AAD_TAG = b"dagchain-wallet-v1"
+_HD_AAD_TAG = b"dagchain-wallet-v2"
+DEFAULT_GAP_LIMIT = 1000
+"""``restore``: stop scanning a chain after this many addresses in a row without coins. The
+node's ``GET /v1/addresses`` shows unspent outputs only, so a spent address looks unused, and a
+wallet that made P payments from one coin has about P spent change addresses before its change
+(docs/wallet.md, "Restore")."""
 SEND_ATTEMPTS = 8
 """A shared wallet (the faucet) may lose a race for a UTXO: retry with other coins (bounded)."""
 TRACK_POLL_S = 0.5
@@ -103,12 +123,52 @@ class _KeystoreFile(BaseModel):
     ciphertext: str = Field(pattern=r"^[0-9a-f]{96}$")  # 32-byte key + 16-byte tag
 
 
+class _Xpub(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str = Field(pattern=r"^0[23][0-9a-f]{64}$")
+    chain_code: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class _HdKeystoreFile(BaseModel):
+    """An HD wallet file (version 2)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    dagchain_wallet: Literal[2]
+    network: Literal["mainnet", "testnet", "devnet"]
+    address: str = Field(pattern=r"^[0-9a-f]{64}$")  # the first receive address
+    path: str
+    xpub: _Xpub
+    next_receive: int = Field(ge=1, lt=2**31)
+    next_change: int = Field(ge=0, lt=2**31)
+    kdf: _Kdf
+    cipher: _Cipher
+    ciphertext: str = Field(pattern=r"^[0-9a-f]{160}$")  # 64-byte seed + 16-byte tag
+
+
 @dataclass(frozen=True, slots=True)
 class Keystore:
-    """What a keystore file says in clear: network and address."""
+    """What a keystore file says in clear: network, first address and (HD) its account."""
 
     network: str
     address: Address
+    account: hd.Account | None = None
+    """None for a one-key wallet."""
+    next_receive: int = 1
+    next_change: int = 0
+
+    @property
+    def is_hd(self) -> bool:
+        """An HD wallet (else a one-key wallet)."""
+        return self.account is not None
+
+    def addresses(self) -> list[Address]:
+        """Every address handed out: receive 0..next_receive-1, change 0..next_change-1."""
+        if self.account is None:
+            return [self.address]
+        return [
+            *(self.account.address(hd.RECEIVE, i) for i in range(self.next_receive)),
+            *(self.account.address(hd.CHANGE, i) for i in range(self.next_change)),
+        ]
 
 
 def _derive(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
@@ -152,19 +212,78 @@ def encode_keystore(
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
+def _hd_aad(network: str, key: bytes, chain_code: bytes) -> bytes:
+    return _HD_AAD_TAG + bytes([len(network)]) + network.encode("ascii") + key + chain_code
+
+
+def encode_hd_keystore(
+    seed: bytes,
+    password: str,
+    network: str,
+    *,
+    next_receive: int = 1,
+    next_change: int = 0,
+    scrypt: tuple[int, int, int] = (SCRYPT_N, SCRYPT_R, SCRYPT_P),
+    salt: bytes | None = None,
+    nonce: bytes | None = None,
+) -> bytes:
+    """The HD keystore file bytes for a 64-byte BIP39 ``seed`` (as :func:`encode_keystore`)."""
+    n, r, p = scrypt
+    if len(seed) != 64:
+        raise ValueError("a BIP39 seed is 64 bytes")
+    salt = os.urandom(16) if salt is None else salt
+    nonce = os.urandom(12) if nonce is None else nonce
+    account = hd.Account.from_seed(seed, network)
+    sealed = ChaCha20Poly1305(_derive(password, salt, n, r, p)).encrypt(
+        nonce, seed, _hd_aad(network, account.key, account.chain_code)
+    )
+    doc = {
+        "dagchain_wallet": HD_KEYSTORE_VERSION,
+        "network": network,
+        "address": account.address(hd.RECEIVE, 0).hex(),
+        "path": hd.account_path(network),
+        "xpub": {"key": account.key.hex(), "chain_code": account.chain_code.hex()},
+        "next_receive": next_receive,
+        "next_change": next_change,
+        "kdf": {"name": "scrypt", "n": n, "r": r, "p": p, "salt": salt.hex()},
+        "cipher": {"name": "chacha20-poly1305", "nonce": nonce.hex()},
+        "ciphertext": sealed.hex(),
+    }
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
 def read_keystore_header(data: bytes) -> Keystore:
-    """Network and address of a keystore, without the password.
+    """Network, first address and (HD) account of a keystore, without the password.
 
     Raises:
-        WalletError: not a dagchain wallet file.
+        WalletError: not a dagchain wallet file, or an HD file whose address and extended public
+            key differ.
     """
     doc = _parse(data)
-    return Keystore(doc.network, Address(bytes.fromhex(doc.address)))
-
-
-def _parse(data: bytes) -> _KeystoreFile:
+    address = Address(bytes.fromhex(doc.address))
+    if isinstance(doc, _KeystoreFile):
+        return Keystore(doc.network, address)
+    if doc.path != hd.account_path(doc.network):
+        raise WalletError(f"wallet file is damaged: path {doc.path!r} is not this network's")
+    account = hd.Account(bytes.fromhex(doc.xpub.key), bytes.fromhex(doc.xpub.chain_code))
     try:
-        return _KeystoreFile.model_validate_json(data)
+        first = account.address(hd.RECEIVE, 0)
+    except ValueError:
+        raise WalletError("wallet file is damaged: xpub.key is not a public key") from None
+    if first != address:
+        raise WalletError("wallet file is damaged: address and xpub differ")
+    return Keystore(doc.network, address, account, doc.next_receive, doc.next_change)
+
+
+def _parse(data: bytes) -> _KeystoreFile | _HdKeystoreFile:
+    try:
+        version = json.loads(data).get("dagchain_wallet")
+    except (ValueError, AttributeError):
+        version = None
+    model: type[_KeystoreFile] | type[_HdKeystoreFile]
+    model = _HdKeystoreFile if version == HD_KEYSTORE_VERSION else _KeystoreFile
+    try:
+        return model.model_validate_json(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "file"
@@ -172,25 +291,38 @@ def _parse(data: bytes) -> _KeystoreFile:
 
 
 def decode_keystore(data: bytes, password: str) -> bytes:
-    """The secret key sealed in a keystore file.
+    """What a keystore file seals: the secret key (one-key) or the 64-byte BIP39 seed (HD).
 
     Raises:
         WalletError: not a wallet file, a wrong password, or a tampered file.
     """
+    header = read_keystore_header(data)
     doc = _parse(data)
     key = _derive(password, bytes.fromhex(doc.kdf.salt), doc.kdf.n, doc.kdf.r, doc.kdf.p)
-    address = bytes.fromhex(doc.address)
+    if header.account is None:
+        aad = _aad(doc.network, header.address)
+    else:
+        aad = _hd_aad(doc.network, header.account.key, header.account.chain_code)
     try:
-        secret = ChaCha20Poly1305(key).decrypt(
-            bytes.fromhex(doc.cipher.nonce),
-            bytes.fromhex(doc.ciphertext),
-            _aad(doc.network, address),
+        sealed = ChaCha20Poly1305(key).decrypt(
+            bytes.fromhex(doc.cipher.nonce), bytes.fromhex(doc.ciphertext), aad
         )
     except InvalidTag:
         raise WalletError("wrong password (or a damaged wallet file)") from None
-    if address_of(secret) != address:  # pragma: no cover - the AEAD already binds the address
+    if header.account is None and address_of(sealed) != header.address:  # pragma: no cover
         raise WalletError("wallet file is damaged: key and address differ")
-    return secret
+    if header.account is not None:
+        opened = hd.Account.from_seed(sealed, doc.network)
+        if opened.key != header.account.key:  # pragma: no cover
+            raise WalletError("wallet file is damaged: seed and xpub differ")
+    return sealed
+
+
+def with_indices(data: bytes, next_receive: int, next_change: int) -> bytes:
+    """An HD keystore's bytes with new next-unused indices (they are not sealed)."""
+    doc = json.loads(data)
+    doc["next_receive"], doc["next_change"] = next_receive, next_change
+    return (json.dumps(doc, indent=2) + "\n").encode()
 
 
 def write_new_wallet(
@@ -199,13 +331,42 @@ def write_new_wallet(
     network: str,
     scrypt: tuple[int, int, int] = (SCRYPT_N, SCRYPT_R, SCRYPT_P),
 ) -> Address:
-    """Create a wallet with a fresh random key at ``path`` (mode 0600); never overwrites.
+    """Create a one-key wallet with a fresh random key at ``path`` (mode 0600); never
+    overwrites. ``new`` makes HD wallets (:func:`write_hd_wallet`); this stays for tests and
+    tools that want a single key.
 
     Raises:
         WalletError: the file exists or cannot be written.
     """
     secret = os.urandom(32)
-    data = encode_keystore(secret, password, network, scrypt=scrypt)
+    _create(path, encode_keystore(secret, password, network, scrypt=scrypt))
+    return address_of(secret)
+
+
+def write_hd_wallet(
+    path: Path,
+    password: str,
+    network: str,
+    mnemonic: str,
+    *,
+    next_receive: int = 1,
+    next_change: int = 0,
+    scrypt: tuple[int, int, int] = (SCRYPT_N, SCRYPT_R, SCRYPT_P),
+) -> Keystore:
+    """Create an HD wallet for ``mnemonic`` at ``path`` (mode 0600); never overwrites.
+
+    Raises:
+        WalletError: a bad mnemonic, or the file exists or cannot be written.
+    """
+    seed = hd.seed_of(mnemonic)
+    data = encode_hd_keystore(
+        seed, password, network, next_receive=next_receive, next_change=next_change, scrypt=scrypt
+    )
+    _create(path, data)
+    return read_keystore_header(data)
+
+
+def _create(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -217,7 +378,30 @@ def write_new_wallet(
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    return address_of(secret)
+
+
+def replace_wallet(path: Path, data: bytes) -> None:
+    """Write ``data`` over the wallet at ``path`` atomically: a new file (mode 0600), synced,
+    renamed over the old one; the directory is synced too.
+
+    Raises:
+        WalletError: the file cannot be written.
+    """
+    tmp = path.with_name(f".{path.name}.new")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dirfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dirfd)
+        finally:
+            os.close(dirfd)
+    except OSError as exc:
+        raise WalletError(f"cannot update wallet {path}: {exc.strerror}") from None
 
 
 # ------------------------------------------------------------------------------ CLI plumbing
@@ -258,9 +442,16 @@ def _read_wallet(args: argparse.Namespace) -> bytes:
 
 
 def _secret(args: argparse.Namespace) -> bytes:
+    """The one key ``load`` spends from: the faucet's, a one-key wallet's, or an HD wallet's
+    first receive key."""
     if args.devnet_faucet:
         return FAUCET_SECRET
-    return decode_keystore(_read_wallet(args), _password(args))
+    data = _read_wallet(args)
+    header = read_keystore_header(data)
+    sealed = decode_keystore(data, _password(args))
+    if header.account is None:
+        return sealed
+    return hd.Account.from_seed(sealed, header.network).secret(hd.RECEIVE, 0)
 
 
 async def _node_params(client: NodeApi, args: argparse.Namespace) -> ConsensusParams:
@@ -272,18 +463,161 @@ async def _node_params(client: NodeApi, args: argparse.Namespace) -> ConsensusPa
     return params
 
 
+def _hrp(network: str, address: Address) -> str:
+    return encode_address(NETWORKS[network].hrp, address)
+
+
 # ------------------------------------------------------------------------------ commands
 
 
-def cmd_new(args: argparse.Namespace) -> int:
+def _refuse_faucet(args: argparse.Namespace, command: str) -> None:
     if args.devnet_faucet:
-        raise WalletError("'new' makes a wallet file; drop --devnet-faucet")
-    params = NETWORKS[args.network]
+        raise WalletError(f"'{command}' works on a wallet file; drop --devnet-faucet")
+
+
+def _refuse_existing(path: Path) -> None:
+    if path.exists():
+        raise WalletError(f"wallet {path} already exists; refusing to overwrite it")
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    _refuse_faucet(args, "new")
+    path = Path(args.wallet)
+    _refuse_existing(path)
     password = _password(args, confirm=True)
     if not password:
         raise WalletError("empty password refused: the key would be sealed under a guessable key")
-    address = write_new_wallet(Path(args.wallet), password, args.network)
-    print(encode_address(params.hrp, address))
+    mnemonic = hd.new_mnemonic(args.words)
+    keystore = write_hd_wallet(path, password, args.network, mnemonic)
+    print(_hrp(args.network, keystore.address))
+    print(mnemonic, flush=True)
+    _progress(
+        f"the line above is the wallet's {args.words}-word recovery phrase, shown only this "
+        "once: write it down; 'dagchain-wallet restore' rebuilds the wallet from it"
+    )
+    return 0
+
+
+def _read_mnemonic() -> str:
+    if sys.stdin.isatty():
+        return getpass.getpass("Mnemonic (12 or 24 words): ")
+    return sys.stdin.readline()
+
+
+async def scan_chain(
+    client: NodeApi,
+    params: ConsensusParams,
+    account: hd.Account,
+    chain: int,
+    gap_limit: int,
+) -> tuple[int, list[Utxo]]:
+    """Find the used addresses of one chain: ask ``GET /v1/addresses`` for indices 0, 1, ...
+    (``FETCH_CONCURRENCY`` requests in flight) until ``gap_limit`` in a row hold no coins.
+
+    An address is used when the node shows a coin for it, confirmed or in its pool (the
+    endpoint shows no spent outputs, so an address whose coins were all spent looks unused).
+
+    Returns:
+        The next unused index (one past the last used one) and the coins found.
+
+    Raises:
+        WalletError: unreachable node or a refusal.
+    """
+    gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+    async def one(address: Address) -> tuple[int, int, list[Utxo]]:
+        async with gate:
+            return await fetch_utxos(client, encode_address(params.hrp, address))
+
+    next_unused = 0
+    scanned = 0
+    found: list[Utxo] = []
+    while scanned < next_unused + gap_limit:
+        batch = [account.address(chain, i) for i in range(scanned, next_unused + gap_limit)]
+        answers = await asyncio.gather(*(one(address) for address in batch))
+        for offset, (address, (_, pending, utxos)) in enumerate(zip(batch, answers, strict=True)):
+            if utxos or pending:
+                next_unused = scanned + offset + 1
+            found += [Utxo(u.txid, u.index, u.amount, u.confirmations, address) for u in utxos]
+        scanned += len(batch)
+    return next_unused, found
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    _refuse_faucet(args, "restore")
+    if args.gap_limit < 1:
+        raise WalletError("--gap-limit must be at least 1")
+    path = Path(args.wallet)
+    _refuse_existing(path)
+    mnemonic = hd.normalize_mnemonic(_read_mnemonic())
+    password = _password(args, confirm=True)
+    if not password:
+        raise WalletError("empty password refused: the key would be sealed under a guessable key")
+    seed = hd.seed_of(mnemonic)
+    network = args.network or "devnet"
+    next_receive, next_change = 1, 0
+    coins: list[Utxo] = []
+    if args.node is not None:
+        network, next_receive, next_change, coins = asyncio.run(_restore_scan(args, seed))
+    keystore = write_hd_wallet(
+        path, password, network, mnemonic, next_receive=next_receive, next_change=next_change
+    )
+    print(_hrp(network, keystore.address))
+    if args.node is not None:
+        print(f"receive_addresses: {next_receive}")
+        print(f"change_addresses: {next_change}")
+        print(f"utxos: {len(coins)}")
+        print(f"balance: {sum(u.amount for u in coins if u.confirmations >= 1)}")
+    return 0
+
+
+async def _restore_scan(args: argparse.Namespace, seed: bytes) -> tuple[str, int, int, list[Utxo]]:
+    async with NodeApi(args.node, connections=FETCH_CONCURRENCY + 2) as client:
+        params = await node_network(client)
+        network = next(name for name, p in NETWORKS.items() if p is params)
+        if args.network is not None and args.network != network:
+            raise WalletError(
+                f"--network {args.network}, but the node at {args.node} runs {network}"
+            )
+        account = hd.Account.from_seed(seed, network)
+        used_receive, receive = await scan_chain(
+            client, params, account, hd.RECEIVE, args.gap_limit
+        )
+        used_change, change = await scan_chain(client, params, account, hd.CHANGE, args.gap_limit)
+    return network, max(1, used_receive), used_change, receive + change
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    _refuse_faucet(args, "receive")
+    data = _read_wallet(args)
+    header = read_keystore_header(data)
+    if header.account is None:
+        raise WalletError(
+            "a one-key wallet has one address ('dagchain-wallet address'); "
+            "make an HD wallet with 'dagchain-wallet new' for fresh addresses"
+        )
+    index = header.next_receive
+    address = header.account.address(hd.RECEIVE, index)
+    replace_wallet(Path(args.wallet), with_indices(data, index + 1, header.next_change))
+    print(_hrp(header.network, address))
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    if args.devnet_faucet:
+        print("wallet: devnet faucet (one-key wallet)")
+        print(f"address: {_hrp('devnet', address_of(FAUCET_SECRET))}")
+        return 0
+    header = read_keystore_header(_read_wallet(args))
+    if header.account is None:
+        print("wallet: one-key wallet")
+    else:
+        print("wallet: hd")
+        print(f"path: {hd.account_path(header.network)}")
+        print(f"next_receive: {header.next_receive}")
+        print(f"next_change: {header.next_change}")
+    print(f"network: {header.network}")
+    print(f"address: {_hrp(header.network, header.address)}")
     return 0
 
 
@@ -297,36 +631,41 @@ def cmd_address(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _balance(args: argparse.Namespace, address: Address) -> None:
+async def _balance(args: argparse.Namespace, keystore: Keystore, kind: str) -> None:
     async with NodeApi(args.node) as client:
         params = await _node_params(client, args)
-        text = encode_address(params.hrp, address)
-        balance, pending, utxos = await fetch_utxos(client, text)
-    print(f"address: {text}")
+        addresses = keystore.addresses()
+        balance, pending, utxos = await fetch_wallet_utxos(client, params, addresses)
+    print(f"wallet: {kind}")
+    print(f"address: {encode_address(params.hrp, keystore.address)}")
     print(f"balance: {balance}")
     print(f"pending_balance: {pending}")
     print(f"utxos: {len(utxos)}")
+    print(f"addresses: {len(addresses)}")
 
 
 def cmd_balance(args: argparse.Namespace) -> int:
     if args.devnet_faucet:
-        address = address_of(FAUCET_SECRET)
+        keystore, kind = Keystore("devnet", address_of(FAUCET_SECRET)), "one-key wallet"
     else:
-        address = read_keystore_header(_read_wallet(args)).address
-    asyncio.run(_balance(args, address))
+        keystore = read_keystore_header(_read_wallet(args))
+        kind = "hd" if keystore.is_hd else "one-key wallet"
+    asyncio.run(_balance(args, keystore, kind))
     return 0
 
 
 async def send_payment(
     client: NodeApi,
     params: ConsensusParams,
-    secret: bytes,
+    spender: Keys | bytes,
     to: Address,
     amount: int,
     fee: int,
     exclude: frozenset[tuple[bytes, int]] = frozenset(),
 ) -> Transaction:
-    """Select coins (none of ``exclude``), sign, submit; returns the accepted tx.
+    """Select coins (none of ``exclude``) from every address of ``spender`` (a bare secret key:
+    a one-key wallet), sign each input with its address's key, submit; returns the accepted tx.
+    The change goes to ``spender.change``.
 
     A 409 ``conflict`` (another spender of the same wallet won a coin) retries with other coins,
     at most ``SEND_ATTEMPTS`` times.
@@ -336,12 +675,13 @@ async def send_payment(
     """
     if amount < 1 or fee < 0:
         raise WalletError("--amount must be at least 1 and --fee at least 0")
-    _, _, utxos = await fetch_utxos(client, encode_address(params.hrp, address_of(secret)))
+    keys = as_keys(spender)
+    _, _, utxos = await fetch_wallet_utxos(client, params, list(keys.secrets))
     busy: set[tuple[bytes, int]] = set(exclude)
     for _ in range(SEND_ATTEMPTS):
         free = [u for u in utxos if u.outpoint not in busy]
         chosen, change = select_coins(free, amount + fee, params.max_tx_inputs)
-        tx = build_payment(params, secret, chosen, [(to, amount)], change)
+        tx = build_spend(params, keys, chosen, [(to, amount)], change)
         try:
             await client.submit_tx(tx.raw)
         except NodeUnreachable as exc:
@@ -358,7 +698,7 @@ async def send_payment(
 async def settle_payment(
     client: NodeApi,
     params: ConsensusParams,
-    secret: bytes,
+    spender: Keys | bytes,
     payment: tuple[Address, int, int],
     tx: Transaction,
     timeout_s: float,
@@ -410,7 +750,7 @@ async def settle_payment(
                 repaid += 1
                 spent.update((i.txid, i.out_index) for i in tx.inputs)
                 tx = await send_payment(
-                    client, params, secret, to, amount, fee, exclude=frozenset(spent)
+                    client, params, spender, to, amount, fee, exclude=frozenset(spent)
                 )
                 say(
                     f"tx {txid} can no longer confirm ({reason}): its coins were spent; "
@@ -434,27 +774,50 @@ def _refusal(status: int, code: str, message: str) -> str:
     return f"node refused the transaction ({status} {code}): {message}"
 
 
-async def _send(args: argparse.Namespace, secret: bytes) -> str:
+async def _send(args: argparse.Namespace, keys: Keys) -> Transaction:
     async with NodeApi(args.node) as client:
         params = await _node_params(client, args)
         to = parse_address(params, args.to)
         fee = args.fee
         if fee == fees.AUTO:
-            fee = await fees.auto_fee(client, params, secret, to, args.amount, _progress)
-        tx = await send_payment(client, params, secret, to, args.amount, fee)
+            fee = await fees.auto_fee(client, params, keys, to, args.amount, _progress)
+        tx = await send_payment(client, params, keys, to, args.amount, fee)
         if args.wait is None:
-            return tx.txid.hex()
+            return tx
         _progress(f"submitted tx {tx.txid.hex()}; waiting up to {args.wait:g} s to confirm")
         payment = (to, args.amount, fee)
-        tx = await settle_payment(client, params, secret, payment, tx, args.wait, _progress)
-        return tx.txid.hex()
+        return await settle_payment(client, params, keys, payment, tx, args.wait, _progress)
+
+
+def _hd_keys(keystore: Keystore, seed: bytes) -> Keys:
+    """Every handed-out address's key, and the next unused change address for the change."""
+    account = hd.Account.from_seed(seed, keystore.network)
+    secrets = {
+        account.address(chain, i): account.secret(chain, i)
+        for chain, count in ((hd.RECEIVE, keystore.next_receive), (hd.CHANGE, keystore.next_change))
+        for i in range(count)
+    }
+    return Keys(secrets, account.address(hd.CHANGE, keystore.next_change))
 
 
 def cmd_send(args: argparse.Namespace) -> int:
     if args.wait is not None and args.wait <= 0:
         raise WalletError("--wait must be positive")
-    secret = _secret(args)
-    print(asyncio.run(_send(args, secret)))
+    if args.devnet_faucet:
+        print(asyncio.run(_send(args, Keys.single(FAUCET_SECRET))).txid.hex())
+        return 0
+    data = _read_wallet(args)
+    keystore = read_keystore_header(data)
+    sealed = decode_keystore(data, _password(args))
+    if keystore.account is None:
+        print(asyncio.run(_send(args, Keys.single(sealed))).txid.hex())
+        return 0
+    keys = _hd_keys(keystore, sealed)
+    tx = asyncio.run(_send(args, keys))
+    if any(out.address == keys.change for out in tx.outputs):  # the change address is used now
+        bumped = with_indices(data, keystore.next_receive, keystore.next_change + 1)
+        replace_wallet(Path(args.wallet), bumped)
+    print(tx.txid.hex())
     return 0
 
 
@@ -506,13 +869,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="use the documented devnet genesis key (secret key 1) as the wallet; devnet only",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    new = sub.add_parser("new", help="create an encrypted wallet and print its address")
+    new = sub.add_parser(
+        "new", help="create an encrypted HD wallet; print its first address and, once, its mnemonic"
+    )
     new.add_argument("--network", choices=sorted(NETWORKS), default="devnet")
+    new.add_argument(
+        "--words", type=int, choices=hd.WORD_COUNTS, default=12, help="mnemonic length"
+    )
     new.set_defaults(run=cmd_new)
-    addr = sub.add_parser("address", help="print the wallet's address")
+    restore = sub.add_parser(
+        "restore", help="rebuild an HD wallet from its mnemonic (read from standard input)"
+    )
+    restore.add_argument(
+        "--node", help="find the used addresses and their coins through this node's API"
+    )
+    restore.add_argument(
+        "--network",
+        choices=sorted(NETWORKS),
+        help="the wallet's network (default: the node's, or devnet without --node)",
+    )
+    restore.add_argument(
+        "--gap-limit",
+        type=int,
+        default=DEFAULT_GAP_LIMIT,
+        help="stop scanning a chain after N addresses in a row without coins "
+        f"(default {DEFAULT_GAP_LIMIT}; a spent address looks unused to the node)",
+    )
+    restore.set_defaults(run=cmd_restore)
+    receive = sub.add_parser("receive", help="print a fresh receive address (HD wallets)")
+    receive.set_defaults(run=cmd_receive)
+    addr = sub.add_parser("address", help="print the wallet's first address")
     addr.add_argument("--network", choices=sorted(NETWORKS), help="display for this network")
     addr.set_defaults(run=cmd_address)
-    bal = sub.add_parser("balance", help="confirmed and pending balance from a node")
+    info = sub.add_parser("info", help="the wallet's kind (HD or one-key), network and indices")
+    info.set_defaults(run=cmd_info)
+    bal = sub.add_parser("balance", help="confirmed and pending balance of every address")
     bal.add_argument("--node", required=True, help="node API URL, e.g. http://127.0.0.1:27708")
     bal.set_defaults(run=cmd_balance)
     send = sub.add_parser("send", help="pay ADDR; prints the txid")

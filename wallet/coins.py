@@ -6,12 +6,13 @@ Keys never leave this process: txs are signed here (BIP340 with fresh ``os.urand
 randomness) and only their canonical bytes go to the node.
 """
 
+import asyncio
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from apiclient import ApiError, NodeApi, NodeUnreachable
-from dagchain.crypto import address_from_pubkey, decode_address, xonly_pubkey
+from dagchain.crypto import address_from_pubkey, decode_address, encode_address, xonly_pubkey
 from dagchain.errors import EncodingError
 from dagchain.params import DEVNET, MAINNET, TESTNET, ConsensusParams
 from dagchain.transactions import Transaction, TxKind, TxOut, sign_transaction
@@ -19,12 +20,16 @@ from dagchain.types import Address, TxId
 
 __all__ = [
     "NETWORKS",
+    "Keys",
     "Utxo",
     "WalletError",
     "address_of",
     "api_error",
+    "as_keys",
     "build_payment",
+    "build_spend",
     "fetch_utxos",
+    "fetch_wallet_utxos",
     "node_network",
     "parse_address",
     "select_coins",
@@ -45,6 +50,8 @@ class Utxo:
     index: int
     amount: int
     confirmations: int = 1
+    address: Address | None = None
+    """The wallet address it pays (None: the wallet's only one)."""
 
     @property
     def outpoint(self) -> tuple[TxId, int]:
@@ -55,6 +62,29 @@ class Utxo:
 def address_of(secret: bytes) -> Address:
     """E8 address of a secret key."""
     return address_from_pubkey(xonly_pubkey(secret))
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """What a payment may spend and where its change goes.
+
+    ``secrets`` maps every address the wallet spends from to its secret key (one entry for a
+    one-key wallet, every derived address for an HD wallet); ``change`` receives the change.
+    """
+
+    secrets: Mapping[Address, bytes]
+    change: Address
+
+    @classmethod
+    def single(cls, secret: bytes) -> "Keys":
+        """A one-key wallet: spends from and returns change to ``address_of(secret)``."""
+        address = address_of(secret)
+        return cls({address: secret}, address)
+
+
+def as_keys(spender: "Keys | bytes") -> Keys:
+    """``spender`` as :class:`Keys` (a bare secret key is a one-key wallet)."""
+    return spender if isinstance(spender, Keys) else Keys.single(spender)
 
 
 def parse_address(params: ConsensusParams, text: str) -> Address:
@@ -116,14 +146,37 @@ def build_payment(
 
     A positive ``change`` goes back to the sender's address as the last output.
     """
+    return build_spend(params, Keys.single(secret), inputs, payments, change)
+
+
+def build_spend(
+    params: ConsensusParams,
+    keys: Keys,
+    inputs: Sequence[Utxo],
+    payments: Sequence[tuple[Address, int]],
+    change: int,
+) -> Transaction:
+    """A signed TRANSFER spending ``inputs``, each signed by the key of the address it pays.
+
+    A positive ``change`` goes to ``keys.change`` as the last output.
+
+    Raises:
+        WalletError: an input pays an address ``keys`` holds no key for.
+    """
     outputs = [TxOut(amount, address) for address, amount in payments]
     if change > 0:
-        outputs.append(TxOut(change, address_of(secret)))
+        outputs.append(TxOut(change, keys.change))
+    secrets = []
+    for u in inputs:
+        owner = u.address if u.address is not None else next(iter(keys.secrets))
+        if owner not in keys.secrets:
+            raise WalletError(f"no key for the address of coin {u.txid.hex()}:{u.index}")
+        secrets.append(keys.secrets[owner])
     return sign_transaction(
         TxKind.TRANSFER,
         [u.outpoint for u in inputs],
         outputs,
-        [secret] * len(inputs),
+        secrets,
         params,
         aux_rand=os.urandom(32),
     )
@@ -168,3 +221,34 @@ async def fetch_utxos(api: NodeApi, hrp_address: str) -> tuple[int, int, list[Ut
         for u in body.utxos
     ]
     return int(body.balance), int(body.pending_balance), utxos
+
+
+FETCH_CONCURRENCY = 16
+"""``GET /v1/addresses`` requests in flight while reading many addresses."""
+
+
+async def fetch_wallet_utxos(
+    api: NodeApi, params: ConsensusParams, addresses: Sequence[Address]
+) -> tuple[int, int, list[Utxo]]:
+    """(balance, pending_balance, UTXOs) summed over ``addresses``; each UTXO names its address.
+
+    Raises:
+        WalletError: unreachable node or a refusal.
+    """
+    gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+    async def one(address: Address) -> tuple[int, int, list[Utxo]]:
+        async with gate:
+            balance, pending, utxos = await fetch_utxos(api, encode_address(params.hrp, address))
+        return (
+            balance,
+            pending,
+            [Utxo(u.txid, u.index, u.amount, u.confirmations, address) for u in utxos],
+        )
+
+    answers = await asyncio.gather(*(one(a) for a in addresses))
+    return (
+        sum(a[0] for a in answers),
+        sum(a[1] for a in answers),
+        [u for a in answers for u in a[2]],
+    )

@@ -10,16 +10,16 @@ import argparse
 from collections.abc import Callable
 
 from apiclient import ApiError, NodeApi
-from dagchain.crypto import encode_address
 from dagchain.fees import MILLI, fee_for
 from dagchain.params import ConsensusParams
 from dagchain.types import Address
 from wallet.coins import (
+    Keys,
     WalletError,
-    address_of,
     api_error,
-    build_payment,
-    fetch_utxos,
+    as_keys,
+    build_spend,
+    fetch_wallet_utxos,
     select_coins,
 )
 
@@ -81,7 +81,7 @@ async def fee_rate(client: NodeApi, say: Callable[[str], None]) -> tuple[int, st
 async def auto_fee(
     client: NodeApi,
     params: ConsensusParams,
-    secret: bytes,
+    spender: Keys | bytes,
     to: Address,
     amount: int,
     say: Callable[[str], None],
@@ -95,13 +95,14 @@ async def auto_fee(
     Raises:
         WalletError: as :func:`fee_rate`, or insufficient funds.
     """
+    keys = as_keys(spender)
     rate, target = await fee_rate(client, say)
-    _, _, utxos = await fetch_utxos(client, encode_address(params.hrp, address_of(secret)))
+    _, _, utxos = await fetch_wallet_utxos(client, params, list(keys.secrets))
     fee = 0
     size = 0
     for _ in range(_SIZE_ROUNDS):
         chosen, change = select_coins(utxos, amount + fee, params.max_tx_inputs)
-        size = len(build_payment(params, secret, chosen, [(to, amount)], change).raw)
+        size = len(build_spend(params, keys, chosen, [(to, amount)], change).raw)
         needed = fee_for(rate, size)
         if needed <= fee:
             break

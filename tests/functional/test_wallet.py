@@ -2,6 +2,9 @@
 
 - Faucet -> wallet A -> wallet B across three connected nodes: change outputs and balances match
   the ledger of every node.
+- An HD wallet receives on several addresses, pays from two of them at once with the change to a
+  fresh internal address each time, and a restore of its mnemonic into a new file through
+  ``--node`` finds every coin (issue 27 item 2).
 - Mempool across a restart: a conflicting spend is refused with 409; after a restart the pool is
   empty (not persisted, docs/node.md) and the same tx is accepted again.
 - ``send --wait`` across a node restart: the payment the restarted node forgot (its pool is not
@@ -36,6 +39,7 @@ from tests.functional.framework import (
     spawn,
     wait_until,
 )
+from wallet import hd
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger("functional.wallet")
@@ -118,26 +122,30 @@ def test_faucet_to_a_to_b_with_change_matches_every_nodes_ledger(
     network.wait_connected(nodes)
     miners.append(Miner(nodes[0], tmp_path / "miner" / "data", rate=8))
     a_file, b_file = tmp_path / "a.json", tmp_path / "b.json"
-    a = wallet("--wallet", str(a_file), "new").stdout.strip()
-    b = wallet("--wallet", str(b_file), "new", password="pw-2").stdout.strip()
+    a, a_words = wallet("--wallet", str(a_file), "new").stdout.strip().splitlines()
+    b = wallet("--wallet", str(b_file), "new", password="pw-2").stdout.strip().splitlines()[0]
     assert wallet("--wallet", str(a_file), "address").stdout.strip() == a
+    a_change = hd_address(a_words, hd.CHANGE, 0)
 
     log.info("Faucet pays A 10^9 units through node1")
     wallet("--devnet-faucet", "send", "--node", nodes[1].url, "--to", a, "--amount", "1000000000")
     wait_until(lambda: settled(nodes, a, 10**9), 30, "A funded on every node")
 
-    log.info("A pays B 3*10^8 with fee 1,000 through node2; the change returns to A")
+    log.info("A pays B 3*10^8 with fee 1,000 through node2; the change goes to A's change/0")
     txid = wallet(
         *("--wallet", str(a_file), "send", "--node", nodes[2].url, "--to", b),
         *("--amount", "300000000", "--fee", "1000"),
     ).stdout.strip()
     change = 10**9 - 3 * 10**8 - 1000
-    wait_until(lambda: settled(nodes, a, change) and settled(nodes, b, 3 * 10**8), 30, "A -> B")
+    wait_until(
+        lambda: settled(nodes, a_change, change) and settled(nodes, b, 3 * 10**8), 30, "A -> B"
+    )
     for node in nodes:
-        a_utxos = ledger(node, a)["utxos"]
+        a_utxos = ledger(node, a_change)["utxos"]
         b_utxos = ledger(node, b)["utxos"]
         assert [(u["txid"], u["index"], u["amount"]) for u in b_utxos] == [(txid, 0, "300000000")]
         assert [(u["txid"], u["index"], u["amount"]) for u in a_utxos] == [(txid, 1, str(change))]
+        assert ledger(node, a)["utxos"] == []
         assert node.request("GET", f"/v1/txs/{txid}")["status"] == "confirmed"
         assert balance_lines(node, a_file)["balance"] == str(change)
         assert balance_lines(node, b_file)["balance"] == str(3 * 10**8)
@@ -159,6 +167,95 @@ def test_faucet_to_a_to_b_with_change_matches_every_nodes_ledger(
     assert broke.returncode == 2
     assert "insufficient funds" in broke.stderr
     assert settled(nodes, b, 3 * 10**8)
+
+
+def hd_address(words: str, chain: int, index: int) -> str:
+    """The devnet display address at ``chain``/``index`` of a mnemonic (docs/wallet.md)."""
+    account = hd.Account.from_seed(hd.seed_of(words), "devnet")
+    return encode_address(DEVNET.hrp, account.address(chain, index))
+
+
+def wallet_balance(node: NodeProcess, wallet_file: Path) -> int:
+    return int(balance_lines(node, wallet_file)["balance"])
+
+
+def test_hd_wallet_receives_on_several_addresses_and_a_restore_finds_every_coin(
+    network: TestNetwork, miners: list[Miner], tmp_path: Path
+) -> None:
+    (node,) = network.start(1)
+    miners.append(Miner(node, tmp_path / "miner" / "data", rate=8))
+    a_file = tmp_path / "a.json"
+    first, words = wallet("--wallet", str(a_file), "new").stdout.strip().splitlines()
+    receive = [first] + [
+        wallet("--wallet", str(a_file), "receive").stdout.strip() for _ in range(2)
+    ]
+    assert receive == [hd_address(words, hd.RECEIVE, i) for i in range(3)]
+
+    log.info("The faucet pays 1, 2 and 3 * 10^9 to A's three receive addresses")
+    for address, amount in zip(receive, (1, 2, 3), strict=True):
+        wallet(
+            *("--devnet-faucet", "send", "--node", node.url, "--to", address),
+            *("--amount", str(amount * 10**9), "--fee", "1000"),
+        )
+    wait_until(lambda: wallet_balance(node, a_file) == 6 * 10**9, 60, "A's three coins")
+    assert balance_lines(node, a_file)["wallet"] == "hd"
+
+    log.info("A pays 3.5 * 10^9: coins of two addresses, each signed by its key; change/0")
+    to = encode_address(DEVNET.hrp, bytes(range(1, 33)))
+    wallet(
+        *("--wallet", str(a_file), "send", "--node", node.url, "--to", to),
+        *("--amount", str(3_500_000_000), "--fee", "1000"),
+    )
+    change0 = hd_address(words, hd.CHANGE, 0)
+    wait_until(lambda: settled([node], to, 3_500_000_000), 60, "the payment to confirm")
+    assert [settled([node], a, 0) for a in receive] == [False, True, True]
+    assert settled([node], change0, 1_499_999_000)
+
+    log.info("A pays again: change/0 is spent, the change goes to a fresh one, change/1")
+    wallet(
+        *("--wallet", str(a_file), "send", "--node", node.url, "--to", to),
+        *("--amount", str(10**8), "--fee", "1000"),
+    )
+    change1 = hd_address(words, hd.CHANGE, 1)
+    left = 6 * 10**9 - 3_600_000_000 - 2000
+    wait_until(lambda: wallet_balance(node, a_file) == left, 60, "the second payment")
+    assert settled([node], change0, 0)
+    assert settled([node], change1, 1_399_998_000)
+    assert "next_change: 2" in wallet("--wallet", str(a_file), "info").stdout
+
+    log.info("Restore the mnemonic into a new file through the node: every coin is found")
+    b_file = tmp_path / "restored.json"
+    found = subprocess.run(
+        [
+            *(sys.executable, "-m", "wallet.cli", "--wallet", str(b_file), "restore"),
+            *("--node", node.url, "--gap-limit", "3"),
+        ],
+        input=words + "\n",
+        cwd=REPO_ROOT,
+        env={**os.environ, "DAGCHAIN_WALLET_PASSWORD": "pw-3"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert found.returncode == 0, found.stderr
+    lines = found.stdout.strip().splitlines()
+    assert lines[0] == first
+    assert dict(line.split(": ", 1) for line in lines[1:]) == {
+        "receive_addresses": "1",  # receive/1 and /2 are spent: they look unused
+        "change_addresses": "2",
+        "utxos": "2",
+        "balance": str(left),
+    }
+    assert wallet_balance(node, b_file) == left == wallet_balance(node, a_file)
+
+    log.info("The restored wallet pays: its change goes to change/2, never used before")
+    wallet(
+        *("--wallet", str(b_file), "send", "--node", node.url, "--to", to),
+        *("--amount", str(10**8), "--fee", "1000"),
+        password="pw-3",
+    )
+    change2 = hd_address(words, hd.CHANGE, 2)
+    wait_until(lambda: settled([node], change2, 1_299_997_000), 60, "change to change/2")
 
 
 def faucet_payment(index: int, amount: int, to: bytes) -> bytes:

@@ -91,8 +91,9 @@ def test_cli_new_address_and_wrong_password_exit_codes(
     path = tmp_path / "w.json"
     monkeypatch.setenv(wallet.PASSWORD_ENV, "secret")
     assert wallet.main(["--wallet", str(path), "new"]) == 0
-    printed = capsys.readouterr().out.strip()
+    printed, mnemonic = capsys.readouterr().out.strip().splitlines()
     assert printed.startswith("ddag1")
+    assert len(mnemonic.split()) == 12
     assert wallet.main(["--wallet", str(path), "address"]) == 0
     assert capsys.readouterr().out.strip() == printed
     assert wallet.main(["--wallet", str(path), "new"]) == 2
