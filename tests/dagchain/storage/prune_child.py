@@ -1,11 +1,11 @@
 """Child process of test_crash.py's pruning test: a node that prunes while it validates.
 
 Run: ``python -m tests.dagchain.storage.prune_child DB_DIR DAG_FILE MS_TARGET_BITS DEPTH``.
-Opens the LevelDB store (crash recovery), prints ``ready``, then applies the blocks of the DAG
-file it does not hold yet and, after each one, takes one bounded pruning step of at most 2
-blocks (as the daemon's pruning task does between other work), printing ``pruned H`` once a
-step's batch is written (H: the lowest height whose bodies remain). Then it prunes to the end
-and prints ``done``.
+Opens the LevelDB store (crash recovery), prints ``ready``, applies the blocks of the DAG file it
+does not hold yet (one synced batch each), then prunes in steps of one level set (one synced
+batch each, as the daemon's pruning task does when ``--prune-depth`` is first turned on for a
+long chain), printing ``pruned H`` once a step's batch is written (H: the lowest height whose
+bodies remain), and ``done`` at the end. A kill lands while it validates or while it prunes.
 """
 
 import sys
@@ -17,7 +17,7 @@ from dagchain.pruning import Pruner
 from dagchain.storage.leveldb import LevelDBStore
 from tests.dagchain.storage.crash_child import NOW_AFTER_GENESIS_MS, params_for, read_dag
 
-STEP_BLOCKS = 2
+STEP_BLOCKS = 1
 
 
 def main(argv: list[str]) -> None:
@@ -35,9 +35,6 @@ def main(argv: list[str]) -> None:
         if chain.has_block(decode_block(raw, params).id):
             continue
         chain.on_block(raw, now)
-        if pruner.step(STEP_BLOCKS):
-            out.write(f"pruned {pruner.next_height}\n")
-            out.flush()
     while pruner.step(STEP_BLOCKS):
         out.write(f"pruned {pruner.next_height}\n")
         out.flush()

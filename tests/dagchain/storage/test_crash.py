@@ -8,7 +8,7 @@ state equals a from-scratch replay of the stored blocks (``reindex``: UTXOs, spe
 records, indexes, LS heights, level sets, best chain and head, row for row). Finally the rest of
 the DAG is applied and the store must equal, byte for byte, that of a run that never crashed.
 
-A third run kills a node that prunes (``--prune-depth``) while it validates: after every kill
+A third run kills a node that validates and then prunes (``--prune-depth``): after every kill
 the store must hold exactly the never-crashed state of the blocks it stored, pruned up to the
 height its progress row names (never below a step it reported), and the node resumes there.
 
@@ -201,15 +201,17 @@ def check_pruned(db: Path, raws: list[bytes], reported: int) -> int:
 
 @pytest.mark.slow
 def test_sigkill_while_pruning_loses_nothing_and_the_node_resumes(tmp_path: Path) -> None:
+    """Issue 27 item 1: SIGKILL during pruning loses nothing; the node restarts and resumes."""
     rng = random.Random(SEED + 1)
     raws = [b.raw for b in build_dag(seed=3, size=700, n_miners=4).blocks]
     dag_file = tmp_path / "dag.bin"
     write_dag(dag_file, raws)
     db = tmp_path / "db"
     reported = 0
+    landed: list[tuple[int, int]] = []  # (last step reported, progress found) per kill
     for _ in range(PRUNE_KILLS):
         proc = start_pruning_child(db, dag_file)
-        last, done = read_pruned(proc, rng.randrange(0, 12))
+        last, done = read_pruned(proc, rng.randrange(0, 9))  # 0: often while validating
         assert not done, "the DAG ran out before the last kill; make it longer"
         time.sleep(rng.uniform(0, 0.004))  # inside the next block or pruning batch
         proc.send_signal(signal.SIGKILL)
@@ -218,7 +220,9 @@ def test_sigkill_while_pruning_loses_nothing_and_the_node_resumes(tmp_path: Path
         assert proc.stdout is not None
         proc.stdout.close()
         reported = max(reported, last, rest)
-        reported = check_pruned(db, raws, reported)
+        below = check_pruned(db, raws, reported)
+        landed.append((reported, below))
+        reported = below
     proc = start_pruning_child(db, dag_file)
     _, done = read_pruned(proc, None)
     assert proc.wait() == 0
@@ -227,3 +231,6 @@ def test_sigkill_while_pruning_loses_nothing_and_the_node_resumes(tmp_path: Path
     assert done
     below = check_pruned(db, raws, reported)
     assert below > reported, "the restarted node resumed pruning"
+    assert sum(1 for r, b in landed if r > 1) >= PRUNE_KILLS // 2, (
+        f"few kills while pruning: {landed}"
+    )
