@@ -32,6 +32,7 @@ from dagchain.rules import is_stale_relay
 from dagchain.template import BlockTemplate, try_build_template
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import Address, BlockId, TxId
+from p2p.sync import MAX_LEVEL_SETS_IN_FLIGHT
 from p2p.wire import block_frame_milestone_link
 
 __all__ = ["EventKind", "NodeEvent", "NodeService"]
@@ -481,9 +482,11 @@ class NodeService:
             if height is not None:
                 fork = height
                 break
-        if fork + 1 < state.pruned_below():
-            # A pruned node cannot serve those level sets: an empty answer ends the peer's
-            # round with no score (P9, "an unbacked claim"), so it syncs from another peer.
+        below = state.pruned_below()
+        if below and fork + 1 < below + MAX_LEVEL_SETS_IN_FLIGHT:
+            # A pruned node cannot serve those level sets (nor, soon, the next few: pruning
+            # follows the head while the peer fetches up to 8 at a time): an empty answer ends
+            # the peer's round with no score (P9, "an unbacked claim"); it syncs elsewhere.
             return []
         ids = state.best[fork + 1 : fork + 1 + max(0, limit)]
         return [state.blocks[b].header_bytes for b in ids]

@@ -14,6 +14,7 @@ from dagchain.storage.memory import MemoryStore
 from p2p import wire
 from p2p.exchange import Exchange, NoVerifier
 from p2p.service import NodeService
+from p2p.sync import MAX_LEVEL_SETS_IN_FLIGHT
 from tests.dagchain.test_properties import PARAMS, build_dag
 from tests.p2p.test_exchange import Links
 
@@ -80,7 +81,7 @@ class Pair:
         raise AssertionError("the exchange did not settle")
 
 
-def test_a_fresh_node_is_sent_nowhere_below_the_pruned_bodies_and_scores_nobody() -> None:
+def test_a_node_below_the_pruned_bodies_gets_no_headers_and_scores_nobody() -> None:
     """B starts at genesis, below A's bodies: A answers ``getmilestones`` with no headers
     (P9's unbacked claim: the round ends, no score) instead of level sets it cannot fill."""
     pair = Pair(b_blocks=0)
@@ -93,10 +94,13 @@ def test_a_fresh_node_is_sent_nowhere_below_the_pruned_bodies_and_scores_nobody(
 def test_a_node_above_the_pruned_bodies_syncs_from_the_pruned_node() -> None:
     pair = Pair(b_blocks=0)
     below = pair.pruner.next_height
-    # B holds the DAG's prefix up to A's level set just below its bodies, then syncs the rest
-    cut = max(i for i, blk in enumerate(pair.blocks) if pair.a.ls_height(blk.id) == below - 1)
+    # B holds the DAG's prefix up to 8 level sets above A's lowest bodies (the level sets P9
+    # has in flight: a peer just above the bodies is served nothing, as pruning follows the
+    # head), then syncs the rest from A
+    at = below + MAX_LEVEL_SETS_IN_FLIGHT - 1
+    cut = max(i for i, blk in enumerate(pair.blocks) if pair.a.ls_height(blk.id) == at)
     pair = Pair(b_blocks=cut + 1)
-    assert pair.b.best_height >= below - 1
+    assert pair.b.best_height >= at
     pair.pump()
     assert pair.links_b.penalties == []
     assert (pair.b.best_id, pair.b.best_height) == (pair.a.best_id, pair.a.best_height)
