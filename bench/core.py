@@ -45,8 +45,17 @@ def bench_params() -> ConsensusParams:
     )
 
 
-def build_workload(params: ConsensusParams, blocks: int) -> tuple[MemoryStore, list[Block]]:
-    """A chain after setup (2 peer chains past warm-up, faucet split) and the blocks to time."""
+def build_workload(
+    params: ConsensusParams, blocks: int, *, all_valid: bool = False
+) -> tuple[MemoryStore, list[Block]]:
+    """A chain after setup (2 peer chains past warm-up, faucet split) and the blocks to time.
+
+    Each tx spends one coin into two outputs of 6 and 4 units minus the fee: once the split's
+    4,032 coins are spent, the txs spending their outputs overspend and are INVALID (the
+    validation cost is the same). ``all_valid`` splits each coin's own amount instead, so every
+    tx stays VALID and the ledger grows as under real load (``bench/storage.py
+    --prune-depth``, which measures disk use).
+    """
     store = MemoryStore()
     chain = Chain(params, store)
     gid = chain.genesis_id
@@ -82,6 +91,7 @@ def build_workload(params: ConsensusParams, blocks: int) -> tuple[MemoryStore, l
     chain.on_block(b.raw, NOW)
     heads[1] = b.id
     coins = [(s.txid, j) for s in splits for j in range(63)]
+    amounts = dict.fromkeys(coins, 10**9)
     timed: list[Block] = []
     # Blocks to time are built on a scratch copy so the measured chain sees them fresh.
     scratch = Chain(params, _copy(store))
@@ -89,14 +99,20 @@ def build_workload(params: ConsensusParams, blocks: int) -> tuple[MemoryStore, l
         txs = []
         for _ in range(TXS_PER_BLOCK):
             txid, index = coins.pop(0)
+            value = amounts.pop((txid, index), 10**9)
+            split = (6 * 10**8, 4 * 10**8 - 1000)
+            if all_valid:
+                split = ((value - 1000) // 2, value - 1000 - (value - 1000) // 2)
             tx = sign_transaction(
                 TxKind.TRANSFER,
                 [(txid, index)],
-                [TxOut(6 * 10**8, addr), TxOut(4 * 10**8 - 1000, addr)],
+                [TxOut(split[0], addr), TxOut(split[1], addr)],
                 [key],
                 params,
             )
             coins.extend([(tx.txid, 0), (tx.txid, 1)])
+            if all_valid:
+                amounts[(tx.txid, 0)], amounts[(tx.txid, 1)] = split
             txs.append(tx)
         side = n % 2
         want = (n + 1) % BLOCKS_PER_LEVEL_SET == 0
