@@ -15,7 +15,6 @@ start resumes at the stored height. Blocks that no best-chain level set holds (s
 keep their bodies.
 """
 
-from dataclasses import dataclass
 from typing import final
 
 from dagchain.blocks import Block, encode_pruned_block
@@ -28,19 +27,12 @@ DEFAULT_STEP_BLOCKS = 512
 """Blocks per step (one store batch): a few MB of deletes, a few hundred ms at most."""
 
 
-@dataclass(frozen=True, slots=True)
-class PruneStatus:
-    """What the API shows of pruning."""
+def get_bodies_from(chain: Chain) -> int:
+    """The lowest best-chain milestone height whose level set keeps its block bodies.
 
-    depth: int
-    """D: bodies of the last D milestones are kept (0: the node does not prune)."""
-    bodies_from: int
-    """The lowest best-chain milestone height whose level set still has its bodies."""
-
-
-def get_prune_status(chain: Chain, depth: int) -> PruneStatus:
-    """The node's pruning state (``bodies_from`` is 1 on a node that never pruned)."""
-    return PruneStatus(depth, max(1, chain.state.pruned_below()))
+    1 on a node that never pruned (genesis has no transactions).
+    """
+    return max(1, chain.state.pruned_below())
 
 
 def check_prune_depth(depth: int, punctuality: int) -> None:
@@ -131,8 +123,7 @@ class Pruner:
 
 __all__ = [
     "DEFAULT_STEP_BLOCKS",
-    "PruneStatus",
     "Pruner",
     "check_prune_depth",
-    "get_prune_status",
+    "get_bodies_from",
 ]

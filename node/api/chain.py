@@ -15,7 +15,7 @@ from dagchain.errors import (
 from dagchain.fees import LIKELIHOOD, MILLI
 from dagchain.mempool import MempoolDuplicate, MempoolError, MempoolFull
 from dagchain.pow import encode_compact
-from dagchain.pruning import get_prune_status
+from dagchain.pruning import get_bodies_from
 from dagchain.queries import block_tx_reasons, milestone_at, utxos_of
 from dagchain.types import Address, BlockId, TxId
 from node.api.context import (
@@ -70,9 +70,7 @@ async def status(request: web.Request) -> web.Response:
                 block=encode_compact(snap.blk_target), milestone=encode_compact(snap.ms_target)
             ),
             p2p=peers is not None,
-            prune=M.PruneState(
-                depth=ctx.prune_depth, bodies_from=get_prune_status(chain, 0).bodies_from
-            ),
+            prune=M.PruneState(depth=ctx.prune_depth, bodies_from=get_bodies_from(chain)),
         )
     )
 
@@ -130,7 +128,7 @@ async def get_block_raw(request: web.Request) -> web.Response:
                 "pruned",
                 f"this node pruned the body of block {bid.hex()} (--prune-depth "
                 f"{ctx.prune_depth}: bodies are kept from milestone height "
-                f"{get_prune_status(ctx.service.chain, 0).bodies_from} up)",
+                f"{get_bodies_from(ctx.service.chain)} up)",
             )
         raise ApiError(404, "not-found", "no such block")
     return web.Response(body=raw, content_type="application/octet-stream")

@@ -7,7 +7,7 @@ import pytest
 from dagchain.blocks import decode_stored_block, encode_pruned_block
 from dagchain.chain import Chain
 from dagchain.errors import StorageError
-from dagchain.pruning import Pruner, check_prune_depth, get_prune_status
+from dagchain.pruning import Pruner, check_prune_depth, get_bodies_from
 from dagchain.reindex import reindex
 from dagchain.storage import KVStore
 from dagchain.storage import schema as S
@@ -72,7 +72,7 @@ def test_prune_keeps_everything_but_old_bodies_and_undo_records(
     below = chain.best_height - DEPTH + 1
     assert pruner.next_height == below
     assert store.snapshot() == expected_pruned(reference, below, DEPTH)
-    assert get_prune_status(chain, DEPTH).bodies_from == below
+    assert get_bodies_from(chain) == below
     last_pruned = chain.get_block(chain.best_chain()[below - 1])
     first_kept = chain.get_block(chain.best_chain()[below])
     assert last_pruned is not None
