@@ -29,6 +29,7 @@ __all__ = [
     "MempoolSummary",
     "MilestoneItem",
     "PeerInfo",
+    "PruneState",
     "RawRequest",
     "StatusResponse",
     "SubmitBlockResponse",
@@ -88,6 +89,16 @@ class Targets(_Model):
     milestone: int = Field(description="Compact milestone target of the best milestone")
 
 
+class PruneState(_Model):
+    depth: int | None = Field(
+        description="--prune-depth D: bodies of the last D milestones are kept; null: not pruning"
+    )
+    bodies_from: int = Field(
+        description="The lowest best-chain milestone height whose level set keeps its block "
+        "bodies (1 on a node that never pruned)"
+    )
+
+
 class StatusResponse(_Model):
     network: str
     version: str
@@ -100,6 +111,9 @@ class StatusResponse(_Model):
     synced: bool
     targets: Targets
     p2p: bool
+    prune: PruneState | None = Field(
+        default=None, description='Pruning (docs/node.md, "Pruning"); null from older nodes'
+    )
 
 
 class BlockResponse(_Model):
@@ -120,7 +134,12 @@ class BlockResponse(_Model):
     root: Hex32
     peer_height: int
     confirmations: int
-    size: int
+    size: int = Field(description="Bytes of the canonical block; 0 once its body is pruned")
+    pruned: bool = Field(
+        default=False,
+        description="The body was pruned (--prune-depth): header, tip links, txids and their "
+        "status remain; /raw answers 410",
+    )
 
 
 class DagBlock(_Model):

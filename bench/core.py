@@ -16,6 +16,7 @@ import gc
 import pstats
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,8 +46,19 @@ def bench_params() -> ConsensusParams:
     )
 
 
-def build_workload(params: ConsensusParams, blocks: int) -> tuple[MemoryStore, list[Block]]:
-    """A chain after setup (2 peer chains past warm-up, faucet split) and the blocks to time."""
+def build_workload(
+    params: ConsensusParams, blocks: int, *, long_run: bool = False
+) -> tuple[MemoryStore, list[Block]]:
+    """A chain after setup (2 peer chains past warm-up, faucet split) and the blocks to time.
+
+    Each tx spends one coin into two outputs of 6 and 4 units minus the fee: once the split's
+    4,032 coins are spent, the txs spending their outputs overspend and are INVALID (the
+    validation cost is the same). ``long_run`` splits each coin's own amount instead, so every
+    tx stays VALID and the ledger grows as under real load, and spaces the timed blocks'
+    timestamps one milestone interval per level set, so the targets stay put over thousands of
+    blocks instead of hardening until grinding a nonce dominates (``bench/storage.py
+    --prune-depth``).
+    """
     store = MemoryStore()
     chain = Chain(params, store)
     gid = chain.genesis_id
@@ -81,27 +93,42 @@ def build_workload(params: ConsensusParams, blocks: int) -> tuple[MemoryStore, l
     b = build_block(chain, previous=heads[1], tip=heads[0], want_milestone=True)
     chain.on_block(b.raw, NOW)
     heads[1] = b.id
-    coins = [(s.txid, j) for s in splits for j in range(63)]
+    coins = deque((s.txid, j) for s in splits for j in range(63))
+    amounts = dict.fromkeys(coins, 10**9)
     timed: list[Block] = []
     # Blocks to time are built on a scratch copy so the measured chain sees them fresh.
     scratch = Chain(params, _copy(store))
+    last_block = scratch.get_block(heads[1])
+    start_ms = last_block.header.timestamp_ms if last_block is not None else 0
+    spacing = params.milestone_interval_ms // BLOCKS_PER_LEVEL_SET
     for n in range(blocks):
         txs = []
         for _ in range(TXS_PER_BLOCK):
-            txid, index = coins.pop(0)
+            txid, index = coins.popleft()
+            value = amounts.pop((txid, index), 10**9)
+            split = (6 * 10**8, 4 * 10**8 - 1000)
+            if long_run:
+                split = ((value - 1000) // 2, value - 1000 - (value - 1000) // 2)
             tx = sign_transaction(
                 TxKind.TRANSFER,
                 [(txid, index)],
-                [TxOut(6 * 10**8, addr), TxOut(4 * 10**8 - 1000, addr)],
+                [TxOut(split[0], addr), TxOut(split[1], addr)],
                 [key],
                 params,
             )
             coins.extend([(tx.txid, 0), (tx.txid, 1)])
+            if long_run:
+                amounts[(tx.txid, 0)], amounts[(tx.txid, 1)] = split
             txs.append(tx)
         side = n % 2
         want = (n + 1) % BLOCKS_PER_LEVEL_SET == 0
         b = build_block(
-            scratch, previous=heads[side], tip=heads[1 - side], txs=txs, want_milestone=want
+            scratch,
+            previous=heads[side],
+            tip=heads[1 - side],
+            txs=txs,
+            want_milestone=want,
+            timestamp_ms=start_ms + spacing * (n + 1) if long_run else None,
         )
         scratch.on_block(b.raw, NOW)
         heads[side] = b.id

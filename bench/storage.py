@@ -30,6 +30,17 @@ Run: ``python bench/storage.py [--blocks 300000] [--levelset-sample 20000] [--sy
    blocks per level set) applied on memory and on LevelDB with one synced batch per level set.
 
 Last line: ``restart_s_100k: <seconds>``.
+
+With ``--prune-depth D`` only the pruning measurement runs (``--prune-blocks`` full blocks, 128
+signed txs each, 8 per level set, bench/core.py's workload on SIM parameters, punctuality 100,
+with every tx VALID, each spending one output into two, and timestamps 1.25 s apart):
+the blocks are applied twice to LevelDB, one synced batch per level set, once as an unpruned
+node and once as a node with ``--prune-depth D`` (a pruning pass of 64-block steps after each
+level set, as the daemon's task runs). Reported: disk use (the database directory as left, and
+after a full compaction, which is when LevelDB has given back the space of the deleted rows),
+the logical bytes (keys + values) by row kind, the apply rates, the restart time of each, and
+disk per day at 1,024 tx/s extrapolated from bytes per block. Last line:
+``restart_s_pruned: <seconds>``.
 """
 
 import argparse
@@ -42,10 +53,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dagchain.blocks import Block
+from dagchain.blocks import PRUNED_PREFIX, Block
 from dagchain.chain import Chain
 from dagchain.params import DEVNET
 from dagchain.storage import KVStore
@@ -222,6 +234,135 @@ def full_blocks(count: int) -> tuple[float, float]:
     return best["memory"], best["levelset"]
 
 
+TX_PER_S = 1_024
+"""The devnet's sustained rate (README): disk per day is extrapolated at this load."""
+
+
+def _apply_pruned(
+    params: Any, setup: MemoryStore, blocks: list[Block], db: Path, depth: int
+) -> dict[str, float]:
+    """Apply ``blocks`` on a fresh LevelDB at ``db`` (pruning to ``depth`` unless 0)."""
+    from dagchain.pruning import Pruner
+
+    shutil.rmtree(db, ignore_errors=True)
+    store = LevelDBStore(db)
+    with store.write_batch() as wb:
+        for key, value in setup.snapshot().items():
+            wb.put(key, value)
+    chain = Chain(params, store)
+    pruner = Pruner(chain, depth) if depth else None
+    gc.collect()
+    start, start_cpu = time.perf_counter(), time.process_time()
+    group = chain.write_group()
+    group.__enter__()
+    for block in blocks:
+        if chain.on_block(block.raw, NOW).is_milestone:
+            group.__exit__(None, None, None)
+            while pruner is not None and pruner.step(64):
+                pass
+            group = chain.write_group()
+            group.__enter__()
+    group.__exit__(None, None, None)
+    out = {
+        "rate": len(blocks) / (time.perf_counter() - start),
+        "cpurate": len(blocks) / (time.process_time() - start_cpu),
+        "disk_left": float(du(db)),
+        "best": float(chain.best_height),
+        "bodies_from": float(chain.state.pruned_below()),
+    }
+    sizes: dict[str, float] = {}
+    stubs = 0
+    for key, value in store.iter_prefix(b""):
+        kind = key[:1].decode("latin-1")
+        if kind == "b" and value.startswith(PRUNED_PREFIX):
+            kind = "b (stub)"
+            stubs += 1
+        sizes[kind] = sizes.get(kind, 0.0) + len(key) + len(value)
+    out["stubs"] = float(stubs)
+    out.update({f"rows {k}": v for k, v in sizes.items()})
+    store.compact()
+    store.close()
+    out["disk_compacted"] = float(du(db))
+    for verify in (True, False):
+        t0 = time.perf_counter()
+        store = LevelDBStore(db, verify=verify)
+        Chain(params, store)
+        out["restart" if verify else "restart_noscan"] = time.perf_counter() - t0
+        store.close()
+    return out
+
+
+def prune_bench(count: int, depth: int, work: Path) -> None:
+    """The ``--prune-depth`` measurement: print its table; last line ``restart_s_pruned``."""
+    from bench.core import TXS_PER_BLOCK, bench_params, build_workload
+
+    params = bench_params()
+    print(f"building {count} blocks of {TXS_PER_BLOCK} signed txs ...", file=sys.stderr)
+    t0 = time.perf_counter()
+    gc.disable()  # millions of tx objects: full collections would dominate the build
+    setup, blocks = build_workload(params, count, long_run=True)
+    gc.enable()
+    gc.collect()
+    gc.freeze()  # the workload stays alive through both runs: keep it out of GC scans
+    built_s = time.perf_counter() - t0
+    res = {}
+    for name, d in (("unpruned", 0), (f"pruned D={depth}", depth)):
+        print(f"applying them to LevelDB, {name} ...", file=sys.stderr)
+        res[name] = _apply_pruned(params, setup, blocks, work / name.split()[0], d)
+    full, pruned = res["unpruned"], res[f"pruned D={depth}"]
+    per_day = TX_PER_S * 86_400 / TXS_PER_BLOCK
+    # What a pruned node keeps for ever per block: every row but bodies and undo records (those
+    # of the last D level sets are a constant), plus one stub; times LevelDB's own overhead
+    # measured on the unpruned store (disk after compaction over logical bytes). LevelDB gives
+    # the space of overwritten bodies back only as its compactions reach them (see "disk as
+    # left" and "after full compaction" against the logical bytes).
+    overhead = full["disk_compacted"] / _logical(full)
+    window = (
+        pruned.get("rows b", 0.0) + pruned.get("rows d", 0.0) + pruned.get("rows b (stub)", 0.0)
+    )
+    stub = pruned.get("rows b (stub)", 0.0) / max(1.0, pruned["stubs"])
+    kept = ((_logical(pruned) - window) / count + stub) * overhead
+    rows: list[tuple[str, str]] = [
+        (f"blocks of {TXS_PER_BLOCK} txs (built in {built_s:.0f} s)", f"{count}"),
+        ("best milestone height", f"{full['best']:.0f}"),
+        ("pruned node: bodies kept from milestone height", f"{pruned['bodies_from']:.0f}"),
+    ]
+    for name, r in res.items():
+        rows += [
+            (f"{name}: apply rate, synced per level set (blocks/s)", f"{r['rate']:.1f}"),
+            ("  same in CPU time (blocks per CPU second)", f"{r['cpurate']:.1f}"),
+            ("  disk as left (MB)", f"{r['disk_left'] / 1e6:.1f}"),
+            ("  disk after full compaction (MB)", f"{r['disk_compacted'] / 1e6:.1f}"),
+            ("  disk per block after compaction (bytes)", f"{r['disk_compacted'] / count:.0f}"),
+            ("  logical bytes per block (keys + values)", f"{_logical(r) / count:.0f}"),
+            ("  restart, checksum scan (s)", f"{r['restart']:.2f}"),
+            ("  restart, no scan (s)", f"{r['restart_noscan']:.2f}"),
+        ]
+        rows += [
+            (f"  logical bytes per block, rows {k[5:]!r}", f"{v / count:.0f}")
+            for k, v in sorted(r.items())
+            if k.startswith("rows ")
+        ]
+    rows += [
+        ("pruned node: stub of a pruned block (bytes)", f"{stub:.0f}"),
+        ("pruned node: disk kept per block for ever (bytes)", f"{kept:.0f}"),
+        (
+            f"disk per day at {TX_PER_S} tx/s, unpruned (GB)",
+            f"{full['disk_compacted'] / count * per_day / 1e9:.1f}",
+        ),
+        (f"disk per day at {TX_PER_S} tx/s, pruned (GB)", f"{kept * per_day / 1e9:.1f}"),
+    ]
+    print(f"{'measure':66} {'value':>12}")
+    for name, value in rows:
+        print(f"{name:66} {value:>12}")
+    print(f"restart_s_pruned: {pruned['restart']:.2f}")
+
+
+def _logical(r: dict[str, float]) -> float:
+    """Keys + values of every row of a store."""
+    return sum(v for k, v in r.items() if k.startswith("rows "))
+
+
 def main() -> None:
     """Run every measurement and print the table; last line ``restart_s_100k``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -231,6 +372,14 @@ def main() -> None:
     parser.add_argument("--full-blocks", type=int, default=240)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="work directory (default: temp)")
+    parser.add_argument(
+        "--prune-depth",
+        type=int,
+        default=0,
+        metavar="D",
+        help="only measure pruning: full blocks with and without --prune-depth D (>= 100)",
+    )
+    parser.add_argument("--prune-blocks", type=int, default=4_000, help="blocks for --prune-depth")
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -246,6 +395,11 @@ def main() -> None:
         return
     work = args.out or Path(tempfile.mkdtemp(prefix="dagchain-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.prune_depth:
+        prune_bench(args.prune_blocks, args.prune_depth, work)
+        if args.out is None:
+            shutil.rmtree(work)
+        return
     blocks_file = work / "blocks.bin"
     checkpoint = min(CHECKPOINT, args.blocks)
     sample = min(args.synced_sample, args.blocks)

@@ -96,6 +96,21 @@ class Block:
     txs: tuple[Transaction, ...]
     raw: bytes = field(repr=False, compare=False)
     id: BlockId = field(compare=False)
+    pruned_txids: tuple[bytes, ...] | None = field(default=None, repr=False, compare=False)
+    """Set on a pruned block (``--prune-depth``): its body is gone, ``txs`` is empty, ``raw``
+    is the stored stub (never sent), and these are the txids it held, in block order."""
+
+    @property
+    def pruned(self) -> bool:
+        """True if only the header, tip links and txids of this block are stored."""
+        return self.pruned_txids is not None
+
+    @property
+    def txids(self) -> tuple[bytes, ...]:
+        """The txids of the block in block order (also of a pruned block)."""
+        if self.pruned_txids is not None:
+            return self.pruned_txids
+        return tuple(tx.txid for tx in self.txs)
 
     @property
     def header_bytes(self) -> bytes:
@@ -144,6 +159,35 @@ def decode_block(data: bytes, params: ConsensusParams) -> Block:
     return Block(header, tips, txs, data, compute_block_id(header_bin))
 
 
+PRUNED_PREFIX = b"\x94\xc4\x96"
+"""The first bytes of a pruned block's stored stub: array of 4, then bin8 of 150 (the header)."""
+
+
+def encode_pruned_block(block: Block) -> bytes:
+    """The stored stub of a pruned block: ``[header, [tip...], [txid...], 1]``.
+
+    Not a block encoding (an array of 4, not 3), so it can never be mistaken for one; the node
+    keeps it in the block's ``b`` row once the body is pruned (docs/node.md, "Pruning").
+    """
+    return pack([block.header_bytes, list(block.tip_links), list(block.txids), 1])
+
+
+def decode_stored_block(data: bytes, params: ConsensusParams) -> Block:
+    """A stored ``b`` row: a canonical block (H1), or a pruned block's stub.
+
+    Raises:
+        EncodingError: neither a block nor a stub.
+    """
+    if not data.startswith(PRUNED_PREFIX):
+        return decode_block(data, params)
+    obj = unpack_canonical(data, params.max_block_bytes, tuples=True)
+    header_bin, tip_objs, txid_objs, _ = expect_list(obj, "pruned block", 4)
+    header = decode_header(expect_bin(header_bin, "header", HEADER_SIZE))
+    tips = tuple(BlockId(expect_bin(t, "tip link", 32)) for t in expect_list(tip_objs, "tips"))
+    txids = tuple(expect_bin(t, "txid", 32) for t in expect_list(txid_objs, "txids"))
+    return Block(header, tips, (), bytes(data), compute_block_id(header_bin), txids)
+
+
 def _tx_slices(data: bytes, count: int) -> list[bytes]:
     """The canonical bytes of each tx: slices of the (already canonical) block encoding."""
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data))
@@ -166,6 +210,7 @@ __all__ = [
     "BLOCK_PREFIX",
     "HEADER_SIZE",
     "NONCE_OFFSET",
+    "PRUNED_PREFIX",
     "TIPS_TAG",
     "Block",
     "BlockHeader",
@@ -174,5 +219,7 @@ __all__ = [
     "compute_tips_root",
     "decode_block",
     "decode_header",
+    "decode_stored_block",
+    "encode_pruned_block",
     "make_block",
 ]

@@ -334,7 +334,10 @@ class Chain:
         """The stored evaluation of a milestone's level set (order, reasons, delta)."""
         if milestone_id == self.genesis.id:
             return genesis_delta(self.genesis.id)
-        return self.state.deltas.get(BlockId(milestone_id))
+        ms = BlockId(milestone_id)
+        delta = self.state.deltas.get(ms)
+        # a pruned node deleted the delta of a final level set (F6) and kept its ``l`` row
+        return delta if delta is not None else self.state.level_set_record(ms)
 
     def confirmations(self, block_id: bytes) -> int:
         """F7: best height - LS height(B) + 1 on the best chain; 0 while pending or unknown."""
@@ -879,11 +882,18 @@ class Chain:
 
         Raises:
             KeyError: M is not an accepted milestone block other than genesis.
+            ValueError: M is on the best chain below a pruned node's bodies (``--prune-depth``).
         """
         ms = BlockId(milestone_id)
         st = self.state
         if ms not in st.snapshots or ms == self.genesis.id:
             raise KeyError("not an accepted milestone (genesis cannot be invalidated)")
+        height = st.best_height_of.get(ms)
+        if height is not None and height < st.pruned_below():
+            raise ValueError(
+                f"milestone at height {height} is below this pruned node's bodies and undo "
+                f"records (height {st.pruned_below()} up): it cannot be undone here"
+            )
         final = st.final
         if ms in st.best_height_of and st.best_height_of[ms] <= st.best_height_of[final]:
             final = st.blocks[ms].header.milestone_link

@@ -121,6 +121,12 @@ class StoredMap(Generic[V]):
             self.recent[key] = value
             self._by_tag.setdefault(tag, []).append(key)
 
+    def replace(self, key: bytes, value: V) -> None:
+        """Mirror a row the last batch rewrote in place (same tag): memory follows if held."""
+        self._cache.pop(key, None)
+        if key in self.recent:
+            self.recent[key] = value
+
     def discard(self, key: bytes) -> None:
         """Mirror a row the last batch deleted."""
         self.recent.pop(key, None)

@@ -56,7 +56,7 @@ def block_tx_reasons(chain: Chain, block_id: bytes) -> tuple[int, ...] | None:
     offset = 0
     for bid in delta.order:
         block = chain.get_block(bid)
-        count = len(block.txs) if block is not None else 0
+        count = 0 if block is None else len(block.pruned_txids or block.txs)
         if bid == block_id:
             return tuple(delta.reasons[offset : offset + count])
         offset += count

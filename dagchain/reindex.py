@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from dagchain.chain import Chain
-from dagchain.errors import DagchainError
+from dagchain.errors import DagchainError, StorageError
 from dagchain.params import ConsensusParams
 from dagchain.storage import KVStore
 from dagchain.storage import schema as S
@@ -68,8 +68,18 @@ def reindex(
 ) -> ReindexReport:
     """Replay the stored blocks into ``scratch`` (a new MemoryStore by default) and compare.
 
-    ``store`` is only read. Raises StorageError if a stored row cannot be decoded.
+    ``store`` is only read.
+
+    Raises:
+        StorageError: a stored row cannot be decoded, or the node pruned block bodies.
     """
+    pruned = store.get(S.META_PRUNE)
+    if pruned is not None:
+        below = S.decode_row(pruned, S.META_PRUNE)[1]
+        raise StorageError(
+            f"cannot reindex a pruned node: block bodies below milestone height {below} were "
+            "deleted (--prune-depth); resync into a new data directory instead"
+        )
     rebuilt_store = scratch if scratch is not None else MemoryStore()
     rebuilt = Chain(params, rebuilt_store)
     report = ReindexReport(0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from dagchain.blocks import Block, decode_block
+from dagchain.blocks import Block, decode_stored_block
 from dagchain.caches import SharedResults
 from dagchain.encoding import packer
 from dagchain.errors import EncodingError, StorageError
@@ -265,7 +265,7 @@ class ChainState:
 
         def block(key: bytes, raw: bytes) -> Block:
             try:
-                return decode_block(raw, p)
+                return decode_stored_block(raw, p)
             except EncodingError as exc:
                 raise StorageError(f"corrupted block {key.hex()}: {exc}") from None
 
@@ -704,14 +704,33 @@ class ChainState:
         if snap.height != height or snap.chainwork != chainwork:
             raise StorageError("head record does not match the head milestone's snapshot")
 
+    def pruned_below(self) -> int:
+        """The lowest best-chain height whose level set keeps its bodies (0: never pruned)."""
+        raw = self.store.get(S.META_PRUNE)
+        return 0 if raw is None else int(S.decode_row(raw, S.META_PRUNE)[1])
+
+    def level_set_record(self, milestone: BlockId) -> LevelSetDelta | None:
+        """The ``l`` row of ``milestone`` as a delta without ledger changes (order, reasons).
+
+        What a pruned node keeps of a final level set whose ``d`` row it deleted (F6).
+        """
+        key = S.P_LEVEL_SET + milestone
+        raw = self.store.get(key)
+        if raw is None:
+            return None
+        return parse_delta(milestone, S.decode_row(raw, key), [[], [], [], [], [], []])
+
     def _load_level_set(self, milestone: BlockId, height: int) -> None:
         if height == 0:
             order: tuple[BlockId, ...] = (milestone,)
         else:
             delta = self.deltas.get(milestone)
+            if delta is not None:
+                self.deltas.add(milestone, delta, height)
+            elif height < self.pruned_below():  # a pruned node deleted it (F6)
+                delta = self.level_set_record(milestone)
             if delta is None:
                 raise StorageError(f"best-chain milestone {milestone.hex()} has no level set")
-            self.deltas.add(milestone, delta, height)
             order = delta.order
         for bid in order:
             self._load_block(bid)

@@ -129,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="larger request bodies get 413 (default: 1048576)",
     )
+    start.add_argument(
+        "--prune-depth",
+        type=int,
+        default=None,
+        metavar="D",
+        help="keep block bodies of the last D milestones only (D >= the network's punctuality: "
+        "mainnet 100, devnet 20); headers, the ledger and recent undo records stay "
+        "(default: off)",
+    )
     _flag(start, "--in-memory", "keep the chain in memory (nothing survives a restart)")
     start.add_argument(
         "--no-p2p",

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 
 from dagchain.params import ConsensusParams, get_params
+from dagchain.pruning import check_prune_depth
 from p2p.settings import P2PSettings
 
 __all__ = ["CONFIG_FILE_NAME", "ConfigError", "NodeConfig", "load_config"]
@@ -59,6 +60,8 @@ class NodeConfig(BaseSettings):
     """Keep the chain in memory instead of LevelDB (tests, demos; nothing survives a restart)."""
     p2p: bool = True
     """Run the peer-to-peer side (off: an API-only node, e.g. a miner's private devnet)."""
+    prune_depth: int | None = None
+    """Keep block bodies of the last D milestones only (None: keep all; docs/node.md)."""
 
     @classmethod
     def settings_customise_sources(
@@ -90,6 +93,14 @@ class NodeConfig(BaseSettings):
         for peer in peers:
             parse_host_port(peer)
         return peers
+
+    @field_validator("prune_depth")
+    @classmethod
+    def _check_prune_depth(cls, depth: int | None, info: ValidationInfo) -> int | None:
+        if depth is not None:
+            network = info.data.get("network", "mainnet")
+            check_prune_depth(depth, get_params(network).punctuality)
+        return depth
 
     @field_validator("log_level", "log_format", "network", mode="before")
     @classmethod

@@ -32,6 +32,7 @@ from dagchain.rules import is_stale_relay
 from dagchain.template import BlockTemplate, try_build_template
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import Address, BlockId, TxId
+from p2p.sync import MAX_LEVEL_SETS_IN_FLIGHT
 from p2p.wire import block_frame_milestone_link
 
 __all__ = ["EventKind", "NodeEvent", "NodeService"]
@@ -400,6 +401,7 @@ class NodeService:
 
         Raises:
             KeyError: not an accepted milestone other than genesis.
+            ValueError: a best-chain milestone below a pruned node's bodies.
         """
         reorg = self.chain.invalidate(milestone_id)
         if reorg is not None:
@@ -439,9 +441,9 @@ class NodeService:
         return self.chain.has_block(block_id)
 
     def get_block_raw(self, block_id: bytes) -> bytes | None:
-        """Canonical bytes of an accepted block."""
+        """Canonical bytes of an accepted block (None once its body is pruned: ``notfound``)."""
         block = self.chain.get_block(block_id)
-        return None if block is None else block.raw
+        return None if block is None or block.pruned else block.raw
 
     def has_tx(self, txid: bytes) -> bool:
         """True if the tx is in the mempool (only mempool txs are relayed, §11.3)."""
@@ -480,11 +482,22 @@ class NodeService:
             if height is not None:
                 fork = height
                 break
+        below = state.pruned_below()
+        if below and fork + 1 < below + MAX_LEVEL_SETS_IN_FLIGHT:
+            # A pruned node cannot serve those level sets (nor, soon, the next few: pruning
+            # follows the head while the peer fetches up to 8 at a time): an empty answer ends
+            # the peer's round with no score (P9, "an unbacked claim"); it syncs elsewhere.
+            return []
         ids = state.best[fork + 1 : fork + 1 + max(0, limit)]
         return [state.blocks[b].header_bytes for b in ids]
 
     def level_set_ids(self, ms_id: bytes) -> list[BlockId] | None:
-        """P9 responder: the level set of a milestone in L2 order (milestone last), or None."""
+        """P9 responder: the level set of a milestone in L2 order (milestone last), or None
+        (also once its bodies are pruned: ``notfound``, never ids we cannot serve)."""
+        state = self.chain.state
+        height = state.best_height_of.get(BlockId(bytes(ms_id)))
+        if height is not None and 0 < height < state.pruned_below():
+            return None
         delta = self.chain.level_set(ms_id)
         return None if delta is None else list(delta.order)
 

@@ -141,6 +141,17 @@ class LevelDBStore:
         """A transaction: written (and fsynced) only if the ``with`` block raises nothing."""
         return _Transaction(self)
 
+    def compact(self) -> None:
+        """Compact the whole key range now, so deleted rows (pruning) leave the disk.
+
+        LevelDB reclaims the space of deletions in its background compactions, in its own
+        time; ``bench/storage.py --prune-depth`` calls this to measure disk use after them.
+        """
+        try:
+            self._db.compact_range()
+        except self._plyvel.Error as exc:
+            raise self._error("compact", exc) from None
+
     def close(self) -> None:
         """Close the database and release its lock."""
         self._db.close()

@@ -21,6 +21,11 @@ META_SORTITION = b"\x00sortition"
 """[K u32, c_num u32, c_den u32, weighting bin]: the S1-S5 parameters the stored verdicts were
 computed with (docs/protocol.md decision 31; not in PROTOCOL.md §12). A store written under
 other values is refused; a devnet store without the row was written by v2 (c = 1/1)."""
+META_PRUNE = b"\x00prune"
+"""[prune depth u32, lowest best-chain milestone height whose level set keeps its bodies u64]:
+written by a pruned node (``--prune-depth``, docs/node.md "Pruning"; not in PROTOCOL.md §12).
+Below that height the ``b`` rows of best-chain level sets hold stubs (header, tips, txids) and
+the ``d`` rows are deleted; its presence refuses ``reindex``."""
 HEAD = b"Hhead"
 
 P_BLOCK = b"b"
@@ -101,6 +106,7 @@ __all__ = [
     "HEAD",
     "META_GENESIS",
     "META_NETWORK",
+    "META_PRUNE",
     "META_SCHEMA",
     "META_SEQ",
     "META_SORTITION",

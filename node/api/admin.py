@@ -19,6 +19,8 @@ async def _admin(request: web.Request, invalidate: bool) -> web.Response:
         reorg = service.invalidate(ms) if invalidate else service.reconsider(ms)
     except KeyError:
         raise ApiError(404, "not-a-milestone", "not an accepted milestone (or genesis)") from None
+    except ValueError as exc:  # below a pruned node's bodies: it cannot undo that far
+        raise ApiError(409, "pruned", str(exc)) from None
     best, height, _ = service.best()
     return json_answer(
         M.AdminResponse(best_milestone=best.hex(), height=height, changed=reorg is not None)

@@ -15,6 +15,7 @@ from dagchain.errors import (
 from dagchain.fees import LIKELIHOOD, MILLI
 from dagchain.mempool import MempoolDuplicate, MempoolError, MempoolFull
 from dagchain.pow import encode_compact
+from dagchain.pruning import get_bodies_from
 from dagchain.queries import block_tx_reasons, milestone_at, utxos_of
 from dagchain.types import Address, BlockId, TxId
 from node.api.context import (
@@ -69,6 +70,7 @@ async def status(request: web.Request) -> web.Response:
                 block=encode_compact(snap.blk_target), milestone=encode_compact(snap.ms_target)
             ),
             p2p=peers is not None,
+            prune=M.PruneState(depth=ctx.prune_depth, bodies_from=get_bodies_from(chain)),
         )
     )
 
@@ -101,22 +103,33 @@ async def get_block(request: web.Request) -> web.Response:
             timestamp_ms=h.timestamp_ms,
             target=h.target,
             nonce=str(h.nonce),
-            txids=[tx.txid.hex() for tx in block.txs],
+            txids=[txid.hex() for txid in block.txids],
             is_milestone=meta.is_milestone,
             level_set_height=chain.ls_height(bid),
-            tx_status=_tx_status_labels(reasons, len(block.txs)),
+            tx_status=_tx_status_labels(reasons, len(block.txids)),
             root=meta.root.hex(),
             peer_height=meta.peer_height,
             confirmations=chain.confirmations(bid),
-            size=len(block.raw),
+            size=0 if block.pruned else len(block.raw),
+            pruned=block.pruned,
         )
     )
 
 
 async def get_block_raw(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    raw = ctx.service.get_block_raw(hex32(request.match_info["hash"]))
+    bid = hex32(request.match_info["hash"])
+    raw = ctx.service.get_block_raw(bid)
     if raw is None:
+        block = ctx.service.chain.get_block(bid)
+        if block is not None and block.pruned:
+            raise ApiError(
+                410,
+                "pruned",
+                f"this node pruned the body of block {bid.hex()} (--prune-depth "
+                f"{ctx.prune_depth}: bodies are kept from milestone height "
+                f"{get_bodies_from(ctx.service.chain)} up)",
+            )
         raise ApiError(404, "not-found", "no such block")
     return web.Response(body=raw, content_type="application/octet-stream")
 
@@ -159,7 +172,7 @@ def _dag_block(chain: Chain, bid: BlockId, height: int | None) -> M.DagBlock | N
         is_milestone=meta.is_milestone,
         level_set_height=height,
         timestamp_ms=h.timestamp_ms,
-        txs=len(block.txs),
+        txs=len(block.txids),
     )
 
 
@@ -228,7 +241,7 @@ async def get_tx(request: web.Request) -> web.Response:
         if reasons is None:
             pending = pending or bid
             continue
-        index = next(i for i, tx in enumerate(block.txs) if tx.txid == txid)
+        index = block.txids.index(txid)
         height = chain.ls_height(bid) or 0
         if reasons[index] == Reason.VALID:
             confirmed = (bid, height)

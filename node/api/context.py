@@ -43,6 +43,8 @@ class ApiContext:
     token: str
     metrics: NodeMetrics
     peers: PeerView | None = None
+    prune_depth: int | None = None
+    """``--prune-depth`` (None: the node does not prune)."""
     root_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     sockets: set[web.WebSocketResponse] = field(default_factory=set)
 

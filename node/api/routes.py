@@ -131,8 +131,9 @@ ROUTES: tuple[Route, ...] = (
         get_block_raw,
         "getBlockRaw",
         "Canonical block bytes",
-        "The block exactly as hashed and relayed (PROTOCOL.md), as application/octet-stream.",
-        statuses=(200, 400, 404),
+        "The block exactly as hashed and relayed (PROTOCOL.md), as application/octet-stream. "
+        "410 `pruned` for a block whose body this node pruned (--prune-depth).",
+        statuses=(200, 400, 404, 410),
         content="application/octet-stream",
         schema={"type": "string", "format": "binary"},
     ),
@@ -324,10 +325,11 @@ ROUTES: tuple[Route, ...] = (
         "adminInvalidate",
         "Leave a milestone branch (F8)",
         "Bearer token. Marks the milestone and its descendants invalid and moves to the best "
-        "other branch; 404 for anything but an accepted milestone other than genesis.",
+        "other branch; 404 for anything but an accepted milestone other than genesis; 409 "
+        "`pruned` for a best-chain milestone below a pruned node's bodies (--prune-depth).",
         M.AdminResponse,
         auth=True,
-        statuses=(200, 400, 401, 404, 413),
+        statuses=(200, 400, 401, 404, 409, 413),
     ),
     Route(
         "POST",

@@ -28,6 +28,7 @@ STATUS: dict[str, Any] = {
     "synced": True,
     "targets": {"block": 0x2100FFFF, "milestone": 0x2000FFFF},
     "p2p": True,
+    "prune": {"depth": None, "bodies_from": 1},
 }
 BLOCK: dict[str, Any] = {
     "hash": H,
@@ -48,6 +49,7 @@ BLOCK: dict[str, Any] = {
     "peer_height": 2,
     "confirmations": 0,
     "size": 321,
+    "pruned": False,
 }
 DAG_BLOCK: dict[str, Any] = {
     "hash": H,

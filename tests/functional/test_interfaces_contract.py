@@ -565,6 +565,8 @@ def test_node_defaults_are_the_documented_ones() -> None:
     )
     assert args.peers == ["a:1", "b:2"]
     assert args.no_discovery is True
+    assert config.prune_depth is None, "--prune-depth: off by default"
+    assert node_parser().parse_args(["start", "--prune-depth", "100"]).prune_depth == 100
 
 
 @pytest.mark.parametrize(

@@ -213,3 +213,27 @@ def test_an_unusable_token_or_chain_path_exits_2_with_one_line(
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert blocker in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_prune_depth_is_a_flag_and_a_config_key(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('network = "devnet"\nprune-depth = 50\n')
+    assert load_config({}, path).prune_depth == 50
+    assert load_config({"prune_depth": 20}, path).prune_depth == 20, "the flag wins"
+    assert load_config({"network": "devnet"}).prune_depth is None, "off by default"
+    args = build_parser().parse_args(["start", "--prune-depth", "30"])
+    assert args.prune_depth == 30
+
+
+@pytest.mark.parametrize(
+    ("network", "depth", "bound"), [("devnet", "19", 20), ("mainnet", "20", 100)]
+)
+def test_a_prune_depth_below_punctuality_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], network: str, depth: str, bound: int
+) -> None:
+    argv = ["start", "--network", network, "--datadir", str(tmp_path), "--prune-depth", depth]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"bad value for prune_depth: prune depth {depth} is below" in err
+    assert f"use at least {bound}" in err

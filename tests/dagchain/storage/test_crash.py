@@ -8,6 +8,10 @@ state equals a from-scratch replay of the stored blocks (``reindex``: UTXOs, spe
 records, indexes, LS heights, level sets, best chain and head, row for row). Finally the rest of
 the DAG is applied and the store must equal, byte for byte, that of a run that never crashed.
 
+A third run kills a node that validates and then prunes (``--prune-depth``): after every kill
+the store must hold exactly the never-crashed state of the blocks it stored, pruned up to the
+height its progress row names (never below a step it reported), and the node resumes there.
+
 The same harness runs a second time with level-set groups (``Chain.write_group``, one synced
 batch per level set as P9 applies downloaded blocks, §12 A1): after every kill the store must
 also sit exactly at a group boundary, holding the blocks of a prefix of the DAG that ends with
@@ -25,10 +29,12 @@ import pytest
 
 from dagchain.chain import Chain
 from dagchain.reindex import reindex
+from dagchain.storage import schema as S
 from dagchain.storage.leveldb import LevelDBStore
 from dagchain.storage.memory import MemoryStore
 from tests.dagchain.storage.crash_child import params_for, write_dag
 from tests.dagchain.test_properties import build_dag
+from tests.dagchain.test_pruning import expected_pruned
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 MS_BITS = "0x20040000"  # test_properties' PARAMS: a block about 16 hashes, a milestone 64
@@ -136,3 +142,95 @@ def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path: Path, mod
         assert dict(store.iter_prefix(b"")) == reference.snapshot()
     finally:
         store.close()
+
+
+PRUNE_DEPTH = PARAMS.punctuality
+PRUNE_KILLS = 12
+
+
+def start_pruning_child(db: Path, dag_file: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.dagchain.storage.prune_child",
+            str(db),
+            str(dag_file),
+            MS_BITS,
+            str(PRUNE_DEPTH),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_pruned(proc: subprocess.Popen[str], count: int | None) -> tuple[int, bool]:
+    """Read up to ``count`` ``pruned H`` lines (all if None): (the last H, 0 if none; done)."""
+    assert proc.stdout is not None
+    last, seen = 0, 0
+    while count is None or seen < count:
+        line = proc.stdout.readline()
+        if line in ("", "done\n"):
+            return last, line == "done\n"
+        if line.startswith("pruned "):
+            last, seen = int(line.split()[1]), seen + 1
+    return last, False
+
+
+def check_pruned(db: Path, raws: list[bytes], reported: int) -> int:
+    """The store equals the never-crashed state of its stored prefix of the DAG, pruned up to
+    its progress row, which is at least the last reported step; returns that height."""
+    store = LevelDBStore(db)
+    try:
+        chain = Chain(PARAMS, store)  # crash recovery on the pruned store
+        stored = sum(1 for _ in store.iter_prefix(S.P_META)) - 1
+        below = chain.state.pruned_below()
+        assert below >= reported, "a reported pruning step was lost"
+        assert below <= max(1, chain.best_height - PRUNE_DEPTH + 1)
+        reference = MemoryStore()
+        ref_chain = Chain(PARAMS, reference)
+        for raw in raws[:stored]:
+            ref_chain.on_block(raw, PARAMS.genesis_timestamp_ms + 10**9)
+        want = expected_pruned(reference.snapshot(), below, PRUNE_DEPTH)
+        assert dict(store.iter_prefix(b"")) == want
+        return below
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_sigkill_while_pruning_loses_nothing_and_the_node_resumes(tmp_path: Path) -> None:
+    """Issue 27 item 1: SIGKILL during pruning loses nothing; the node restarts and resumes."""
+    rng = random.Random(SEED + 1)
+    raws = [b.raw for b in build_dag(seed=3, size=700, n_miners=4).blocks]
+    dag_file = tmp_path / "dag.bin"
+    write_dag(dag_file, raws)
+    db = tmp_path / "db"
+    reported = 0
+    landed: list[tuple[int, int]] = []  # (last step reported, progress found) per kill
+    for _ in range(PRUNE_KILLS):
+        proc = start_pruning_child(db, dag_file)
+        last, done = read_pruned(proc, rng.randrange(0, 9))  # 0: often while validating
+        assert not done, "the DAG ran out before the last kill; make it longer"
+        time.sleep(rng.uniform(0, 0.004))  # inside the next block or pruning batch
+        proc.send_signal(signal.SIGKILL)
+        rest, _ = read_pruned(proc, None)  # printed before the kill: written too
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        reported = max(reported, last, rest)
+        below = check_pruned(db, raws, reported)
+        landed.append((reported, below))
+        reported = below
+    proc = start_pruning_child(db, dag_file)
+    _, done = read_pruned(proc, None)
+    assert proc.wait() == 0
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert done
+    below = check_pruned(db, raws, reported)
+    assert below > reported, "the restarted node resumed pruning"
+    assert sum(1 for r, b in landed if r > 1) >= PRUNE_KILLS // 2, (
+        f"few kills while pruning: {landed}"
+    )
