@@ -25,6 +25,7 @@ from dagchain.storage import KVStore
 from dagchain.storage.memory import MemoryStore
 from node.api import ApiContext, create_app
 from node.config import NodeConfig
+from node.failstop import FailStopStore, exit_on_write_error
 from node.metrics import NodeMetrics
 from node.net.manager import PeerManager
 from p2p import wire
@@ -143,7 +144,8 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
         stack.callback(_close_store, store)
         started = time.monotonic()
         try:
-            chain = Chain(params, store)
+            # a failed write stops the process with one line (node/failstop.py)
+            chain = Chain(params, FailStopStore(store, exit_on_write_error))
         except StorageError as exc:  # one line naming the directory (§12: v1 is refused)
             raise StorageError(f"data directory {config.data_path}: {exc}") from None
         log.info(
