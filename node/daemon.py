@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from aiohttp import web
@@ -31,13 +31,16 @@ from node.net.manager import PeerManager
 from p2p import wire
 from p2p.service import NodeEvent, NodeService
 
-__all__ = ["StartupError", "run_node", "wall_clock_ms"]
+__all__ = ["CLOCK_OFFSET_ENV", "StartupError", "node_clock", "run_node", "wall_clock_ms"]
 
 log = logging.getLogger("dagchain.node")
 MAINTENANCE_INTERVAL_S = 5.0
 SHUTDOWN_STEP_S = 2.5
 """Each shutdown step (API listener, P2P listener, peers) gets at most this long: under 10 s."""
 CHAIN_DIR = "chain"
+CLOCK_OFFSET_ENV = "DAGCHAIN_TEST_CLOCK_OFFSET_MS"
+"""For tests only: milliseconds added to the node's clock (bench/soak.py starts a node with a
+skewed clock this way; docs/node.md, "Durability"). Unset, the node runs on the wall clock."""
 
 
 class StartupError(Exception):
@@ -47,6 +50,23 @@ class StartupError(Exception):
 def wall_clock_ms() -> int:
     """Milliseconds since the Unix epoch: the node's one clock."""
     return time.time_ns() // 1_000_000
+
+
+def node_clock() -> Callable[[], int]:
+    """The wall clock, shifted by ``DAGCHAIN_TEST_CLOCK_OFFSET_MS`` when a test sets it.
+
+    Raises:
+        StartupError: the variable is set but not an integer.
+    """
+    raw = os.environ.get(CLOCK_OFFSET_ENV, "").strip()
+    if not raw:
+        return wall_clock_ms
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise StartupError(f"{CLOCK_OFFSET_ENV}={raw!r} is not a whole number of ms") from None
+    log.warning("test clock: %+d ms from the wall clock (%s)", offset, CLOCK_OFFSET_ENV)
+    return lambda: wall_clock_ms() + offset
 
 
 def open_store(config: NodeConfig) -> KVStore:
@@ -156,7 +176,7 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
             chain.state.block_count,
             time.monotonic() - started,
         )
-        service = NodeService(params, chain, Mempool(params), wall_clock_ms)
+        service = NodeService(params, chain, Mempool(params), node_clock())
         service.subscribe(_log_events)
         peers = await _start_peers(config, service, node_id, stack)
         metrics = NodeMetrics(
