@@ -41,8 +41,9 @@ faucet, the load's accounts and the miners' payouts, through the API); every tx 
 answered ``202`` VALID exactly once (the load's report, from node 0's best chain, and a sample
 checked on every node); no unbounded growth (open files at most 64 above the first sample, RSS
 at most 3x the first sample plus 300 MB). The report is ``DIR/soak.json`` and ``DIR/soak.txt``:
-the fault timeline, the longest reconvergence per kind, tx latency p50/p99 of txs sent during
-faults (fault start to reconvergence) and between them, and RSS at start and end of each process.
+the fault timeline, the longest reconvergence per kind, tx latency p50/p99 of txs whose life
+(sent to confirmed) overlaps a fault (its start to its reconvergence) and of the others, and
+RSS at start and end of each process.
 """
 
 import argparse
@@ -657,7 +658,8 @@ class Soak:
         }
 
     def latencies(self) -> dict[str, Any]:
-        """p50/p99 of confirmed load txs sent during a fault (start to reconvergence) or not."""
+        """p50/p99 of confirmed load txs whose life (sent to confirmed) overlaps a fault (its
+        start to its reconvergence), and of those whose life overlaps none."""
         report = self.load_report()
         windows = [
             (
@@ -671,9 +673,9 @@ class Soak:
         for tx in report.get("txs", []):
             if tx["kind"] != "load" or tx.get("confirmed_at") is None:
                 continue
-            latency = tx["confirmed_at"] - tx["sent_at"]
-            inside = any(a <= tx["sent_at"] <= b for a, b in windows)
-            (during if inside else between).append(latency)
+            sent, confirmed = tx["sent_at"], tx["confirmed_at"]
+            hit = any(sent <= b and a <= confirmed for a, b in windows)
+            (during if hit else between).append(confirmed - sent)
         return {"during_faults": percentiles(during), "between_faults": percentiles(between)}
 
     def check_growth(self) -> dict[str, Any]:
