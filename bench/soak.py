@@ -435,8 +435,7 @@ class Soak:
             self.faults.append(fault)
             self.checkpoint(f"after {fault.kind}")
             gap = self.rng.uniform(*self.config.gap_s)
-            if not first_round or i + 1 < len(FAULT_KINDS):
-                time.sleep(max(0.0, min(gap, window_end - time.monotonic())))
+            time.sleep(max(0.0, min(gap, window_end - time.monotonic())))
 
     def run_fault(self, fault: Fault) -> None:
         fault.start_s = self.now()
