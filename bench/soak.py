@@ -22,8 +22,9 @@ gap after each:
   +-50..80 % of ``max_future_drift`` (``DAGCHAIN_TEST_CLOCK_OFFSET_MS``, a test-only variable of
   the node); it keeps the skew for the rest of the run;
 - ``hostile``: the P2P tests' ``FakePeer`` (written from PROTOCOL.md) connects to a node and
-  misbehaves (malformed frames, a block with bad proof of work, unsolicited answers or an inv
-  flood); it must be closed and then refused as banned.
+  misbehaves, four times: malformed frames, a block with bad proof of work (linking the node's
+  best milestone: P14 would drop one linking genesis unexamined), unsolicited answers, an inv
+  flood; each time it must be closed and then refused as banned.
 
 Node 0 (the load's node) is never killed, stopped or skewed: a ``202`` is acknowledged in memory
 only (docs/node.md, "Mempool policy"), so "every acknowledged payment confirmed once" is checked
@@ -49,6 +50,8 @@ RSS at start and end of each process.
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -66,11 +69,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from apiclient import ApiError
+from dagchain.blocks import NONCE_OFFSET, Block, make_block
 from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
 from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET
+from dagchain.types import BlockId
 from node.daemon import CLOCK_OFFSET_ENV
 from p2p import wire
+from tests.dagchain.builders import address_of_secret, build_block, secret_of
 from tests.functional.framework import (
     BlockFactory,
     FakePeer,
@@ -79,7 +85,6 @@ from tests.functional.framework import (
     spawn,
     wait_until,
 )
-from tests.functional.test_p2p_hostile import bad_pow_block
 
 FAULT_KINDS = ("kill", "stop", "partition", "skew", "hostile")
 LOAD_NODE = 0
@@ -518,8 +523,7 @@ class Soak:
 
     def fault_hostile(self, fault: Fault) -> None:
         node = self.nodes[fault.targets[0]]
-        attacks = self.rng.sample(sorted(HOSTILE_ATTACKS), 2)
-        fault.details["attacks"] = [self.attack(node, name) for name in attacks]
+        fault.details["attacks"] = [self.attack(node, name) for name in HOSTILE_ATTACKS]
         self.healed(fault)
 
     def attack(self, node: NodeProcess, name: str) -> dict[str, Any]:
@@ -737,8 +741,28 @@ def _malformed(peer: FakePeer) -> None:
         peer.send_text("not binary")
 
 
+def bad_pow_block(milestone: BlockId) -> Block:
+    """A block whose id exceeds the devnet block target, linking ``milestone``: the node's
+    recent best milestone, since P14 drops (no penalty, before the proof of work is checked)
+    a relayed block whose milestone link is ``punctuality`` or more below the best height."""
+    factory = BlockFactory(miners=1)
+    chain = factory.chain
+    good = build_block(chain, previous=chain.genesis_id, register=address_of_secret(secret_of(9)))
+    limit = chain.best_snapshot.blk_target
+    header = dataclasses.replace(good.header, milestone_link=milestone)
+    prefix = header.encode()[:NONCE_OFFSET]
+    nonce = 0
+    while True:
+        h = hashlib.blake2b(prefix + nonce.to_bytes(8, "little"), digest_size=32).digest()
+        if int.from_bytes(h, "little") > limit:
+            break
+        nonce += 1
+    return make_block(dataclasses.replace(header, nonce=nonce), good.tip_links, good.txs)
+
+
 def _bad_pow(peer: FakePeer) -> None:
-    peer.send(wire.BlockMsg(bad_pow_block(BlockFactory(miners=1)).raw))
+    best = BlockId(bytes.fromhex(peer.node.best()[0]))
+    peer.send(wire.BlockMsg(bad_pow_block(best).raw))
 
 
 def _unsolicited(peer: FakePeer) -> None:
