@@ -374,9 +374,11 @@ class Soak:
             entry["end"] = {"t": self.now(), "rss_kib": sample[0], "fds": sample[1]}
         for node in self.running_nodes():
             with contextlib.suppress(ApiError, OSError):
+                status = node.status()
                 row["nodes"][node.name] = {
                     "orphans": int(node.metric("dagchain_orphans")),
-                    "mempool": node.status().mempool.size,
+                    "mempool": status.mempool.size,
+                    "peers": status.peers,
                 }
         self.checkpoints.append(row)
         return row
