@@ -14,7 +14,7 @@ from dagchain.params import DEVNET
 from p2p import wire
 from p2p.dialer import Dialer
 from p2p.intake import take_tx
-from p2p.scores import MissingInputLimiter, Misbehaviour
+from p2p.scores import Misbehaviour, MissingInputLimiter
 from p2p.service import NodeService
 from p2p.settings import P2PSettings
 from tests.dagchain.chainkit import Node, key, transfer
