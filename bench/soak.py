@@ -55,6 +55,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -93,6 +94,7 @@ MINER_SECRET_BASE = 40  # miner i is paid to the key of secret 40 + i (public, d
 POLL_S = 0.5
 FD_SLACK = 64
 RSS_FACTOR, RSS_SLACK_KIB = 3, 300 * 1024
+BAN_LINE = re.compile(r"banned \(node:([0-9a-f]{64})\)")
 CHECK_SAMPLE = 50
 """Accepted txs looked up on every node at the end (the rest is covered by the ledger digest)."""
 
@@ -284,6 +286,8 @@ class Soak:
         self.processes: dict[str, dict[str, Any]] = {}
         self.failures: list[str] = []
         self.stopped: set[int] = set()
+        self.honest_ids: set[str] = set()
+        """Node ids of every node instance of the run (a new one at each start)."""
         self.send_started = 0.0
 
     def now(self) -> float:
@@ -306,6 +310,7 @@ class Soak:
             node.start(wait=False)
         for node in self.nodes:
             wait_until(node.is_up, 90, f"{node.name} to answer /v1/status")
+            self.honest_ids.add(node.status().node_id)
         for node in self.nodes:
             node.wait(lambda x: x.peer_count() >= n - 1, 90, f"to have {n - 1} peers")
         self.say(f"{n} nodes up, fully meshed through {len(self.proxies.links)} proxies")
@@ -469,6 +474,7 @@ class Soak:
         started = time.monotonic()
         node.start(wait=False)
         wait_until(node.is_up, 90, f"{node.name} to answer /v1/status after its restart")
+        self.honest_ids.add(node.status().node_id)
         self.say(f"{node.name} answers again ({time.monotonic() - started:.1f} s to start)")
 
     def fault_stop(self, fault: Fault) -> None:
@@ -696,6 +702,18 @@ class Soak:
         orphans = {name: row["orphans"] for name, row in self.checkpoints[-1]["nodes"].items()}
         return {"growth": grew, "orphans_at_end": orphans}
 
+    def honest_bans(self) -> list[str]:
+        """Bans of one of the run's own nodes, from the node logs (hostile peers are others)."""
+        out = []
+        for node in self.nodes:
+            for line in node.log_path.read_text(errors="replace").splitlines():
+                match = BAN_LINE.search(line)
+                if match and match.group(1) in self.honest_ids:
+                    out.append(f"{node.name} {line[:23]} banned {match.group(1)[:16]}")
+        if out:
+            self.failures.append(f"honest peers banned {len(out)} times, first: {out[0]}")
+        return out
+
     def report(self) -> dict[str, Any]:
         kinds: dict[str, list[float]] = {}
         for f in self.faults:
@@ -713,6 +731,7 @@ class Soak:
         out["payments"] = self.check_payments()
         out["latency_s"] = self.latencies()
         out["resources"] = self.check_growth()
+        out["honest_bans"] = self.honest_bans()
         out["processes"] = self.processes
         out["checkpoints"] = self.checkpoints
         out["proxy_bytes"] = {p.name: p.bytes for p in self.proxies.links.values()}
@@ -818,6 +837,7 @@ def summary(report: dict[str, Any]) -> str:
         f"{len(report['ledgers']['ledger_digests'])} digest(s), balances identical "
         f"{report['ledgers']['balances_identical']}",
         f"orphans at end: {report['resources']['orphans_at_end']}",
+        f"honest peers banned: {len(report['honest_bans'])}",
         "RSS MiB start -> end (open files):",
     ]
     for key, p in sorted(report["processes"].items()):
