@@ -714,6 +714,14 @@ class Soak:
             self.failures.append(f"honest peers banned {len(out)} times, first: {out[0]}")
         return out
 
+    def guarded(self, what: str, check: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """One end check; a node that does not answer fails it, not the whole report."""
+        try:
+            return check()
+        except (ApiError, OSError) as exc:
+            self.failures.append(f"{what} check: {exc}")
+            return {"error": str(exc)}
+
     def report(self) -> dict[str, Any]:
         kinds: dict[str, list[float]] = {}
         for f in self.faults:
@@ -727,10 +735,10 @@ class Soak:
             "longest_reconvergence_s": {k: max(v) for k, v in sorted(kinds.items())},
             "faults": [asdict(f) for f in self.faults],
         }
-        out["ledgers"] = self.check_ledgers()
-        out["payments"] = self.check_payments()
-        out["latency_s"] = self.latencies()
-        out["resources"] = self.check_growth()
+        out["ledgers"] = self.guarded("ledgers", self.check_ledgers)
+        out["payments"] = self.guarded("payments", self.check_payments)
+        out["latency_s"] = self.guarded("latencies", self.latencies)
+        out["resources"] = self.guarded("resources", self.check_growth)
         out["honest_bans"] = self.honest_bans()
         out["processes"] = self.processes
         out["checkpoints"] = self.checkpoints
@@ -806,8 +814,10 @@ HOSTILE_ATTACKS: dict[str, Callable[[FakePeer], None]] = {
 
 def summary(report: dict[str, Any]) -> str:
     """The human summary of a report."""
-    lat = report["latency_s"]
+    none = percentiles([])
+    lat = {"during_faults": none, "between_faults": none, **report["latency_s"]}
     pay = report["payments"]
+    ledgers = {"height": "?", "ledger_digests": [], "balances_identical": "?", **report["ledgers"]}
     lines = [
         f"soak: {report['config']['minutes']} min, seed {report['config']['seed']}, "
         f"{report['config']['tps']} tx/s offered, {report['wall_s']:.0f} s wall",
@@ -833,10 +843,10 @@ def summary(report: dict[str, Any]) -> str:
         f"{lat['during_faults']['p99']} (n {lat['during_faults']['n']}); between p50 "
         f"{lat['between_faults']['p50']} p99 {lat['between_faults']['p99']} "
         f"(n {lat['between_faults']['n']})",
-        f"ledgers: height {report['ledgers']['height']}, "
-        f"{len(report['ledgers']['ledger_digests'])} digest(s), balances identical "
-        f"{report['ledgers']['balances_identical']}",
-        f"orphans at end: {report['resources']['orphans_at_end']}",
+        f"ledgers: height {ledgers['height']}, "
+        f"{len(ledgers['ledger_digests'])} digest(s), balances identical "
+        f"{ledgers['balances_identical']}",
+        f"orphans at end: {report['resources'].get('orphans_at_end')}",
         f"honest peers banned: {len(report['honest_bans'])}",
         "RSS MiB start -> end (open files):",
     ]
