@@ -228,15 +228,23 @@ class ProxyNet:
         return len(crossing)
 
     def close(self) -> None:
+        """Close the listeners and every forwarded connection, then the loop."""
+
         async def stop() -> None:
             for proxy in self.links.values():
                 if proxy.server is not None:
                     proxy.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)
+            asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 # ------------------------------------------------------------------------------ processes

@@ -1,8 +1,9 @@
 """The soak's short form (issue 26, item 3): ``bench/soak.py`` for a 3-minute send window.
 
 5 nodes fully meshed through the soak's TCP proxies, 3 miners, 20 payments per second, and one
-round of faults: every kind once (SIGKILL and restart, SIGSTOP for 30 s, a partition for 60 s,
-a restart with a skewed clock, a hostile peer), in an order drawn from the seed. It passes when
+round of faults, then more while they fit the window: every kind at least once (SIGKILL and
+restart, SIGSTOP for 30 s, a partition for 60 s, a restart with a skewed clock, a hostile peer),
+in an order drawn from the seed. It passes when
 every fault reconverges, the nodes end on one best milestone with identical ledgers, every
 acknowledged payment is VALID exactly once, no process grew without bound and no node banned
 another honest node (bench/soak.py, docs/benchmarks.md "Soak").
@@ -40,5 +41,5 @@ def test_soak_short_form_one_chain_one_ledger_every_payment_once(tmp_path: Path)
     )
     report = run_soak(config)
     assert report["failures"] == []
-    assert report["faults_by_kind"] == dict.fromkeys(FAULT_KINDS, 1)
+    assert [k for k in FAULT_KINDS if report["faults_by_kind"][k] < 1] == []
     assert report["payments"]["acknowledged"] >= 0.8 * 20 * 180
