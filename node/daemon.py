@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 
 from aiohttp import web
@@ -26,12 +26,13 @@ from dagchain.storage import KVStore
 from dagchain.storage.memory import MemoryStore
 from node.api import ApiContext, create_app
 from node.config import NodeConfig
+from node.failstop import FailStopStore, exit_on_write_error
 from node.metrics import NodeMetrics
 from node.net.manager import PeerManager
 from p2p import wire
 from p2p.service import NodeEvent, NodeService
 
-__all__ = ["StartupError", "run_node", "wall_clock_ms"]
+__all__ = ["CLOCK_OFFSET_ENV", "StartupError", "node_clock", "run_node", "wall_clock_ms"]
 
 log = logging.getLogger("dagchain.node")
 MAINTENANCE_INTERVAL_S = 5.0
@@ -43,6 +44,9 @@ blocks of 128 txs (pruning cost 1.25 ms a block in bench/storage.py --prune-dept
 SHUTDOWN_STEP_S = 2.5
 """Each shutdown step (API listener, P2P listener, peers) gets at most this long: under 10 s."""
 CHAIN_DIR = "chain"
+CLOCK_OFFSET_ENV = "DAGCHAIN_TEST_CLOCK_OFFSET_MS"
+"""For tests only: milliseconds added to the node's clock (bench/soak.py starts a node with a
+skewed clock this way; docs/node.md, "Durability"). Unset, the node runs on the wall clock."""
 
 
 class StartupError(Exception):
@@ -52,6 +56,23 @@ class StartupError(Exception):
 def wall_clock_ms() -> int:
     """Milliseconds since the Unix epoch: the node's one clock."""
     return time.time_ns() // 1_000_000
+
+
+def node_clock() -> Callable[[], int]:
+    """The wall clock, shifted by ``DAGCHAIN_TEST_CLOCK_OFFSET_MS`` when a test sets it.
+
+    Raises:
+        StartupError: the variable is set but not an integer.
+    """
+    raw = os.environ.get(CLOCK_OFFSET_ENV, "").strip()
+    if not raw:
+        return wall_clock_ms
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise StartupError(f"{CLOCK_OFFSET_ENV}={raw!r} is not a whole number of ms") from None
+    log.warning("test clock: %+d ms from the wall clock (%s)", offset, CLOCK_OFFSET_ENV)
+    return lambda: wall_clock_ms() + offset
 
 
 def open_store(config: NodeConfig) -> KVStore:
@@ -185,7 +206,8 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
         stack.callback(_close_store, store)
         started = time.monotonic()
         try:
-            chain = Chain(params, store)
+            # a failed write stops the process with one line (node/failstop.py)
+            chain = Chain(params, FailStopStore(store, exit_on_write_error))
         except StorageError as exc:  # one line naming the directory (§12: v1 is refused)
             raise StorageError(f"data directory {config.data_path}: {exc}") from None
         log.info(
@@ -197,7 +219,7 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
             time.monotonic() - started,
         )
         pruner = _pruner(config, chain)
-        service = NodeService(params, chain, Mempool(params), wall_clock_ms)
+        service = NodeService(params, chain, Mempool(params), node_clock())
         service.subscribe(_log_events)
         peers = await _start_peers(config, service, node_id, stack)
         metrics = NodeMetrics(

@@ -166,6 +166,10 @@ class SyncSession:
         self.unbacked_rounds = 0
         """Rounds that ended without backing the peer's claim (logged, counted)."""
         self._requests: dict[str, dict[str, int]] = {}
+        self._asked_locator: list[bytes] = []
+        """The locator of the outstanding ``getmilestones``: the reply is checked against what
+        was asked, not against our best chain at its arrival, which a reorganisation in between
+        may have changed (the soak found honest peers banned for it, issue 26)."""
         self._exhausted = False
         self._last: VerifiedHeader | None = None
         self._from_pending = gossip.KnownInventory(2 * wire.MAX_IDS)
@@ -262,7 +266,8 @@ class SyncSession:
 
     def _getmilestones(self, key: str, now_ms: int) -> Send:
         self._requests.setdefault(key, {})["milestones"] = now_ms + self.settings.request_timeout_ms
-        return key, wire.GetMilestones(tuple(self._locator()))
+        self._asked_locator = self._locator()
+        return key, wire.GetMilestones(tuple(self._asked_locator))
 
     def _unsolicited(self, key: str, what: str) -> SyncStep:
         return SyncStep(penalties=[Penalty(key, scores.SCORE_UNSOLICITED, f"unsolicited {what}")])
@@ -282,7 +287,7 @@ class SyncSession:
         try:
             headers = verify_milestone_headers(
                 msg.headers,
-                self._locator(),
+                self._asked_locator,
                 lambda b: known[b].snapshot if b in known else host.get_snapshot(b),
                 lambda b: known[b].header.timestamp_ms if b in known else host.timestamp(b),
                 host.genesis_id,

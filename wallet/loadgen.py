@@ -286,6 +286,8 @@ class LoadReport:
     """Requests the send phase made (``POST /v1/txs`` or ``POST /v1/txs/batch``)."""
     txs: list[SentTx] = field(default_factory=list)
     valid_counts: dict[TxId, int] = field(default_factory=dict)
+    confirmed_at: dict[TxId, float] = field(default_factory=dict)
+    """When the tracker first saw each confirmed tx VALID (``time.monotonic()``)."""
 
     @property
     def offered_tps(self) -> float:
@@ -346,10 +348,17 @@ class LoadReport:
                     "fee": t.fee,
                     "accepted": t.accepted,
                     "valid_inclusions": self.valid_counts.get(t.txid, 0),
+                    # time.monotonic(), system-wide on Linux: comparable with another process's
+                    "sent_at": round(t.sent_at, 3),
+                    "confirmed_at": _rounded(self.confirmed_at.get(t.txid)),
                 }
                 for t in self.txs
             ],
         }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 # ------------------------------------------------------------------------------ the run
@@ -827,6 +836,7 @@ class _Run:
             requests=self.requests,
             txs=list(self.sent.values()),
             valid_counts={t: tracker.valid[t] for t in self.sent},
+            confirmed_at={s.txid: tracker.confirmed_at[s.txid] for s in confirmed},
         )
 
 

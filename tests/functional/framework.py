@@ -65,12 +65,16 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def spawn(cmd: Sequence[str], log: Any) -> "subprocess.Popen[bytes]":
+def spawn(
+    cmd: Sequence[str], log: Any, env: dict[str, str] | None = None
+) -> "subprocess.Popen[bytes]":
     """Start a program of the repo (cwd ``REPO_ROOT``) with stdout and stderr into ``log`` (an
-    open binary file), in its own session, killed by the kernel if this process dies."""
+    open binary file), in its own session, killed by the kernel if this process dies; ``env``
+    adds variables to this process's environment."""
     return subprocess.Popen(
         list(cmd),
         cwd=REPO_ROOT,
+        env={**os.environ, **env} if env else None,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -122,6 +126,8 @@ class NodeProcess:
         self.extra_args = list(extra_args)
         self.discovery = discovery
         """Address gossip (P12) on; off by default, so a test's topology is what it wired."""
+        self.env: dict[str, str] = {}
+        """Variables added to the daemon's environment (e.g. ``DAGCHAIN_TEST_CLOCK_OFFSET_MS``)."""
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = datadir.parent / f"{self.name}.log"
         self._log_file: Any = None
@@ -170,7 +176,7 @@ class NodeProcess:
         self._log_file = self.log_path.open("ab")
         self._log_file.write(f"\n===== start {' '.join(self.command())}\n".encode())
         self._log_file.flush()
-        self.process = spawn(self.command(), self._log_file)
+        self.process = spawn(self.command(), self._log_file, self.env)
         if wait:
             wait_until(self.is_up, STARTUP_TIMEOUT_S, f"{self.name} to answer /v1/status")
 

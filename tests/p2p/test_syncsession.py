@@ -181,3 +181,24 @@ def test_initial_sync_ends_once_seeds_are_tried_and_nobody_is_ahead() -> None:
     assert session.check_synced(0)
     assert session.synced
     assert not session.check_synced(0)  # once
+
+
+def test_a_reply_linking_the_locator_we_sent_passes_after_our_best_chain_moved() -> None:
+    """Regression test of issue 26 (found by bench/soak.py): the reply was checked against the
+    locator of our best chain at its arrival; a reorganisation between request and reply (a
+    healed partition: blocks arrive by relay too) made an honest peer's answer "not link a
+    locator entry", +100, and the peer was banned."""
+    source, blocks = chain_of(3)
+    host = Host(Node(DEVNET))
+    session = SyncSession(host)
+    session.add_peer("a", 10**30, 3)
+    step = session.maybe_start(0)
+    ((_, asked),) = sends_of(step, wire.GetMilestones)
+    assert isinstance(asked, wire.GetMilestones)
+    assert list(asked.locator) == [host.node.chain.genesis_id]
+    host.node.register(address_of_secret(secret_of(8)), ms=True)  # our best moves meanwhile
+    assert list(host.locator()) != list(asked.locator)
+    step = session.on_milestones(
+        "a", wire.Milestones(tuple(b.header_bytes for b in blocks)), source.now_ms
+    )
+    assert (step.penalties, step.pump) == ([], "a")
