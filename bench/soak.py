@@ -74,6 +74,7 @@ from dagchain.blocks import NONCE_OFFSET, Block, make_block
 from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
 from dagchain.genesis import FAUCET_ADDRESS
 from dagchain.params import DEVNET
+from dagchain.rules import final_height
 from dagchain.types import BlockId
 from node.daemon import CLOCK_OFFSET_ENV
 from p2p import wire
@@ -521,7 +522,7 @@ class Soak:
         )
         light = 0 if (works[0], chains[0][-1]) < (works[1], chains[1][-1]) else 1
         head = len(chains[light]) - 1
-        if fork >= len(chains[light]) or fork - 1 >= head - DEVNET.punctuality:
+        if fork >= len(chains[light]) or fork - 1 >= final_height(head, DEVNET):
             return None  # no fork, or above Φ: the fork choice heals it
         milestone = chains[light][fork]
         for node in halves[light]:

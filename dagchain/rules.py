@@ -31,6 +31,7 @@ __all__ = [
     "is_monotonic_milestone_link",
     "is_punctual",
     "is_recent_tip_candidate",
+    "final_height",
     "is_stale_relay",
     "milestone_height_of_link",
 ]
@@ -163,6 +164,11 @@ def is_head_too_new(head_timestamp_ms: int, now_ms: int, params: ConsensusParams
     Waiting so keeps slower receivers from DROPping the new block under H11.
     """
     return head_timestamp_ms > now_ms + params.max_future_drift_ms // 2
+
+
+def final_height(best_height: int, params: ConsensusParams) -> int:
+    """F6: the height Φ reaches with a best chain of ``best_height`` (below 0: genesis)."""
+    return best_height - params.punctuality
 
 
 def is_stale_relay(ms_link_height: int, best_height: int, params: ConsensusParams) -> bool:
