@@ -27,11 +27,11 @@ __all__ = [
     "check_timestamp_order",
     "check_tip_list",
     "check_tips_root",
+    "final_height",
     "is_head_too_new",
     "is_monotonic_milestone_link",
     "is_punctual",
     "is_recent_tip_candidate",
-    "final_height",
     "is_stale_relay",
     "milestone_height_of_link",
 ]
