@@ -493,15 +493,10 @@ class Chain:
             raise MalformedBlock("H7", "merkle root does not match the transactions", bid)
         # (9) H6, H8, H10
         self._check_body(block)
-        # (10) D2 for the previous and tip links
-        missing = []
-        for link in (h.previous_link, *block.tip_links):
-            if link in self._invalid:
-                raise RejectedBlock("D2", "links an invalid block", bid)
-            if link not in st.meta and link not in missing:
-                missing.append(link)
+        # (10) D2 for the previous and tip links, then the orphan test
+        missing = self._missing_links(block)
         if missing:
-            return self._hold_orphan(block, raw, tuple(missing), peer, now_ms)
+            return self._hold_orphan(block, raw, missing, peer, now_ms)
         # (11) H9
         for tx in block.txs:
             if tx.txid not in self._sig_ok:
@@ -532,15 +527,21 @@ class Chain:
             return self._hold_orphan(block, raw, (ms,), peer, now_ms)
         snap = st.snapshots[ms]
         rules.check_not_future(h, now_ms, self.params)
-        missing = []
-        for link in (h.previous_link, *block.tip_links):
-            if link in self._invalid:
-                raise RejectedBlock("D2", "links an invalid block", bid)
-            if link not in st.meta and link not in missing:
-                missing.append(link)
+        missing = self._missing_links(block)
         if missing:
-            return self._hold_orphan(block, raw, tuple(missing), peer, now_ms)
+            return self._hold_orphan(block, raw, missing, peer, now_ms)
         return self._accept(block, snap, rules.check_pow(bid, snap.blk_target) <= snap.ms_target)
+
+    def _missing_links(self, block: Block) -> tuple[BlockId, ...]:
+        """Step (10): D2 for the previous and tip links; the ones not accepted here, in order."""
+        meta, invalid = self.state.meta, self._invalid
+        missing: list[BlockId] = []
+        for link in (block.header.previous_link, *block.tip_links):
+            if link in invalid:
+                raise RejectedBlock("D2", "links an invalid block", block.id)
+            if link not in meta and link not in missing:
+                missing.append(link)
+        return tuple(missing)
 
     def _check_link_rules(self, block: Block, ms_height: int) -> None:
         """D5a, D5b and D6 for the previous and tip links that are already accepted (F4)."""
