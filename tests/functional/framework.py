@@ -116,12 +116,13 @@ class NodeProcess:
         datadir: Path,
         extra_args: Sequence[str] = (),
         discovery: bool = False,
+        ports: tuple[int, int] | None = None,
     ) -> None:
+        """``ports``: (P2P, API) to listen on, else two ports free a moment ago."""
         self.index = index
         self.name = f"node{index}"
         self.datadir = datadir
-        self.p2p_port = free_port()
-        self.api_port = free_port()
+        self.p2p_port, self.api_port = ports if ports is not None else (free_port(), free_port())
         self.peers: list[str] = []
         self.extra_args = list(extra_args)
         self.discovery = discovery
