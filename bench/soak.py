@@ -116,6 +116,8 @@ class SoakConfig:
     converge_timeout_s: float = 120.0
     confirm_timeout_s: float = 120.0
     final_timeout_s: float = 180.0
+    kinds: tuple[str, ...] = FAULT_KINDS
+    """The fault kinds scheduled (each round: every one of them, in a seeded order)."""
     out: Path = Path("out/soak")
 
 
@@ -139,7 +141,7 @@ def plan_faults(rng: random.Random, config: SoakConfig, rounds: int) -> list[Fau
     drift = DEVNET.max_future_drift_ms
     out: list[Fault] = []
     for _ in range(rounds):
-        for kind in rng.sample(FAULT_KINDS, len(FAULT_KINDS)):
+        for kind in rng.sample(config.kinds, len(config.kinds)):
             if kind == "partition":
                 fault = Fault(kind, sorted(rng.sample(range(config.nodes), 2)), config.partition_s)
             elif kind == "hostile":
@@ -481,7 +483,7 @@ class Soak:
         window_end = self.send_started + self.config.minutes * 60
         plan = plan_faults(self.rng, self.config, rounds=1 + int(self.config.minutes))
         for i, fault in enumerate(plan):
-            first_round = i < len(FAULT_KINDS)
+            first_round = i < len(self.config.kinds)
             if not first_round and time.monotonic() + expected_s(fault, self.config) > window_end:
                 break
             self.run_fault(fault)
@@ -935,8 +937,17 @@ def parse_args(argv: Sequence[str] | None = None) -> SoakConfig:
     parser.add_argument("--miner-rate", type=float, default=2.0, help="blocks/s per miner")
     parser.add_argument("--stop", type=float, default=30.0, help="SIGSTOP seconds (default 30)")
     parser.add_argument("--partition", type=float, default=60.0, help="partition seconds (60)")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(FAULT_KINDS),
+        help=f"fault kinds, comma-separated (default {','.join(FAULT_KINDS)})",
+    )
     parser.add_argument("--out", type=Path, default=None, help="report and datadirs")
     args = parser.parse_args(argv)
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown or not kinds:
+        parser.error(f"--kinds: unknown {unknown}, choose from {','.join(FAULT_KINDS)}")
     out = args.out or Path("out") / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
     return SoakConfig(
         minutes=args.minutes,
@@ -945,6 +956,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SoakConfig:
         miner_rate=args.miner_rate,
         stop_s=args.stop,
         partition_s=args.partition,
+        kinds=kinds,
         out=out,
     )
 
