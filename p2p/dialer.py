@@ -76,10 +76,16 @@ class Dialer:
         return backoff
 
     def closed(self, addr: Addr, close_code: int | None, now_s: float) -> None:
-        """A dialed connection ended: after a hello mismatch (4001-4005 but 4004, a duplicate)
-        do not dial it again for an hour."""
-        mismatch = close_code is not None and 4001 <= close_code <= 4005
-        if mismatch and close_code != wire.CLOSE_DUPLICATE:
+        """A dialed connection ended: after a hello mismatch (4001-4003) do not dial it again
+        for an hour (P4). A refusal as banned (4005) waits out the ban instead, at most an hour
+        (docs/protocol.md decision 36: a healed partition left honest nodes apart for an hour);
+        a duplicate (4004) is no mismatch."""
+        if close_code is None or not 4001 <= close_code <= 4005:
+            return
+        if close_code == wire.CLOSE_BANNED:
+            wait_s = min(MISMATCH_NO_REDIAL_S, self.settings.ban_duration_ms / 1000)
+            self._no_redial_until[addr] = now_s + wait_s
+        elif close_code != wire.CLOSE_DUPLICATE:
             self._no_redial_until[addr] = now_s + MISMATCH_NO_REDIAL_S
 
     def tried_all(self) -> bool:

@@ -59,7 +59,7 @@ class PeerLimits:
     """The exchange's per-peer limits of §11.7."""
 
     missing_inputs: scores.MissingInputLimiter = field(default_factory=scores.MissingInputLimiter)
-    """Txs with missing inputs beyond 100 a minute cost a point each."""
+    """Txs with missing inputs beyond 100 a minute are dropped unexamined (decision 35)."""
     serving: int = 0
     """Our answers to this peer's getdata not yet written (at most two)."""
 

@@ -149,7 +149,8 @@ class MissingInputLimiter:
     """§7.5/§11.7: one peer's txs that turned out to have a missing input, over the last minute.
 
     Once 100 were examined within 60 s, the peer's further txs with an input we do not have
-    are dropped unexamined (+1 each) until the oldest of those 100 leaves the window.
+    are dropped unexamined (no score: docs/protocol.md decision 35) until the oldest of those 100
+    leaves the window.
     """
 
     def __init__(

@@ -1,18 +1,17 @@
-"""Defects that bench/soak.py found (issue 26, item 3), pinned as strict xfails until fixed.
+"""Defects that bench/soak.py found (issue 26, item 3), each fixed with these as regression tests.
 
 Its 30-minute run (docs/benchmarks.md, "Soak"): once a 60 s partition healed under 200 tx/s of
-payments, honest nodes banned each other (the first test), and a node that had been refused with
-4005 did not dial that peer again for an hour (the second), so the network stayed split into
-nodes that no longer talked to each other, long after every fault was over.
+payments, honest nodes banned each other (the first test; docs/protocol.md decision 35), and a
+node that had been refused with 4005 did not dial that peer again for an hour (the second;
+decision 36), so the network stayed split into nodes that no longer talked to each other, long
+after every fault was over.
 """
-
-import pytest
 
 from dagchain.crypto import hash32
 from dagchain.mempool import Mempool
 from dagchain.params import DEVNET
 from p2p import wire
-from p2p.dialer import Dialer
+from p2p.dialer import MISMATCH_NO_REDIAL_S, Dialer
 from p2p.intake import take_tx
 from p2p.scores import Misbehaviour, MissingInputLimiter
 from p2p.service import NodeService
@@ -23,13 +22,6 @@ _, BOB = key(3)
 SEED = ("127.0.0.1", 9001)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 26 soak: PROTOCOL.md §11.7 scores a tx with missing inputs +1 beyond 100 a "
-    "minute per peer; after a partition heals, an honest peer relays the payments confirmed on "
-    "its side (their inputs exist only on its branch) at the load's rate, and is banned within "
-    "seconds (soak: node4 banned node2, node1 banned node4)",
-)
 def test_honest_peer_relaying_the_other_branchs_payments_is_not_banned() -> None:
     """An honest peer across a healed partition sends 250 payments (1.25 s of the soak's
     200 tx/s) that spend outputs this node's branch does not have yet. They cannot be admitted
@@ -47,12 +39,6 @@ def test_honest_peer_relaying_the_other_branchs_payments_is_not_banned() -> None
     assert (banned, score.value(node.now_ms + 1_250)) == (False, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 26 soak: p2p/dialer.py treats close 4005 (banned, for ban_duration: 60 s on "
-    "devnet) like a P4 hello mismatch and does not redial for MISMATCH_NO_REDIAL_S (1 h), also "
-    "when the node refused its own outbound hello because it had banned that peer",
-)
 def test_a_peer_that_refused_us_as_banned_is_dialed_again_after_the_ban() -> None:
     settings = P2PSettings.for_network("devnet", seeds=(SEED,))
     dialer = Dialer(settings)
@@ -60,4 +46,13 @@ def test_a_peer_that_refused_us_as_banned_is_dialed_again_after_the_ban() -> Non
     dialer.done(SEED)
     dialer.closed(SEED, wire.CLOSE_BANNED, 0.0)
     after_ban_s = settings.ban_duration_ms / 1000 + 1.0
+    assert dialer.next_dials([], 0, lambda a: False, after_ban_s - 2.0) == []  # still banned
     assert dialer.next_dials([], 0, lambda a: False, after_ban_s) == [SEED]
+    dialer.done(SEED)
+    # mainnet bans for 24 h: a refusal as banned waits at most P4's hour
+    mainnet = Dialer(P2PSettings.for_network("mainnet", seeds=(SEED,)))
+    assert mainnet.next_dials([], 0, lambda a: False, 0.0) == [SEED]
+    mainnet.done(SEED)
+    mainnet.closed(SEED, wire.CLOSE_BANNED, 0.0)
+    assert mainnet.next_dials([], 0, lambda a: False, MISMATCH_NO_REDIAL_S - 1.0) == []
+    assert mainnet.next_dials([], 0, lambda a: False, MISMATCH_NO_REDIAL_S + 1.0) == [SEED]
