@@ -27,7 +27,7 @@ from dagchain.fees import ConfirmedTx, FeeEstimate, FeeEstimator
 from dagchain.ledger import LevelSetDelta
 from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolError
 from dagchain.params import ConsensusParams
-from dagchain.pool_policy import follow_reorg
+from dagchain.pool_policy import WaitingTxs, follow_reorg
 from dagchain.rules import is_stale_relay
 from dagchain.template import BlockTemplate, try_build_template
 from dagchain.transactions import Transaction, decode_transaction
@@ -100,6 +100,9 @@ class NodeService:
         self.reorg_count = 0
         self.readded_txs = 0
         """Txs of undone level sets that went back into the mempool (§4.4 policy)."""
+        self.waiting = WaitingTxs(mempool.max_txs, mempool.expiry_ms)
+        """Txs a reorganisation left without their parents, until those are confirmed again
+        (docs/protocol.md decision 37)."""
         self._deferred: list[tuple[BlockOutcome, int, str]] | None = None
         """Inside :meth:`sync_batch`: the outcomes to report once the batch is written."""
         self.fees = FeeEstimator(params, chain.best_height, clock())
@@ -251,7 +254,7 @@ class NodeService:
         now = self.clock()
         for delta in reorg.applied:  # before the pool forgets the txs it confirms
             self._record_fees(delta, now)
-        self.readded_txs += follow_reorg(self.chain, self.mempool, reorg, now)
+        self.readded_txs += follow_reorg(self.chain, self.mempool, reorg, now, waiting=self.waiting)
         if reorg.undone:
             self.reorg_count += 1
             self._emit(

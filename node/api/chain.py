@@ -252,7 +252,8 @@ async def get_tx(request: web.Request) -> web.Response:
         return _tx(txid, "confirmed", confirmed[0], confirmed[1], best_h - confirmed[1] + 1)
     if pending is not None:
         return _tx(txid, "pending", pending, None, 0)
-    if txid in ctx.service.mempool:
+    if txid in ctx.service.mempool or txid in ctx.service.waiting:
+        # a tx waiting for a parent a reorganisation undid (decision 37) is still the node's
         return _tx(txid, "mempool", None, None, 0)
     if invalid is not None:
         return _tx(txid, "invalid", invalid[0], invalid[1], 0, invalid[2])

@@ -15,6 +15,7 @@ from dagchain.chain import BlockStatus, Chain
 from dagchain.errors import Reason
 from dagchain.mempool import Mempool
 from dagchain.params import SIM, ConsensusParams
+from dagchain.pool_policy import WaitingTxs
 from dagchain.rules import is_recent_tip_candidate
 from dagchain.sortition import is_tx_assigned
 from dagchain.storage.memory import MemoryStore
@@ -185,3 +186,21 @@ def test_block_accepted_but_never_ordered_leaves_the_tx_confirmed_later() -> Non
     assert BlockId(stale.id) in chain.pending_blocks()
     assert tx.txid not in h.mempool
     assert h.confirmed(tx)
+
+
+def test_waiting_txs_are_bounded_oldest_first_and_expire() -> None:
+    """Decision 37: what waits for an undone parent is bounded in count (the oldest goes first)
+    and in time (``mempool_expiry``), so a deep reorganisation cannot grow the node's memory."""
+    chain = Chain(SIM, MemoryStore())
+    secret, payee = key(5)
+    txs = [transfer([(bytes([i]) * 32, 0)], [(10, payee)], SIM, secret) for i in range(1, 5)]
+    waiting = WaitingTxs(max_txs=3, expiry_ms=1_000)
+    for i, tx in enumerate(txs):
+        waiting.hold(tx, now_ms=i)
+    assert [tx.txid in waiting for tx in txs] == [False, True, True, True]
+    assert waiting.dropped == 1
+    # their inputs never appear: nothing is admitted, and all expire 1 s after they were held
+    assert waiting.retry(chain, Mempool(SIM), now_ms=999) == 0
+    assert len(waiting) == 3
+    assert waiting.retry(chain, Mempool(SIM), now_ms=1_003) == 0
+    assert (len(waiting), waiting.dropped) == (0, 4)

@@ -221,3 +221,40 @@ def test_expire_drops_old_txs(h: Harness) -> None:
     h.node.now_ms += DEVNET.mempool_expiry_ms + 1
     assert h.service.expire() == (1, 0)
     assert tx.txid not in h.service.mempool
+
+
+def test_a_child_whose_parent_a_reorg_undid_waits_and_returns_once_the_parent_confirms(
+    h: Harness,
+) -> None:
+    """Decision 37 (issue 26's soak lost acknowledged payments this way): a pool tx spending the
+    output of a tx that a reorganisation sent back to the pool cannot stay in the pool (§7.5: no
+    unconfirmed parents), but it is not dropped either: it waits, reads as ``mempool``, and is
+    admitted as soon as its parent is VALID on the new best chain."""
+    warm = [h.mine(h.node.genesis, register=ALICE, ms=True)]
+    for _ in range(DEVNET.sortition_warmup - 1):
+        warm.append(h.mine(warm[-1].id, ms=True))
+    a4 = warm[-1]
+    w5 = h.mine(a4.id, milestone=a4.id, tip=warm[0].id, ms=True)
+    x = h.mine(w5.id, milestone=w5.id, ms=False)  # the later carrier's previous link
+    to_bob = transfer(
+        [(h.node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[a4.id, x.id]
+    )
+    h.service.submit_tx(to_bob.raw)
+    l5 = h.mine(a4.id, txs=[to_bob], milestone=a4.id, ms=True)  # a second branch
+    h.mine(l5.id, milestone=l5.id, ms=True)  # l6: now best, to_bob VALID
+    assert h.node.chain.get_utxo(to_bob.txid, 0) is not None
+    bob_on = transfer([(to_bob.txid, 0)], [(FAUCET_COINS - 9, CAROL)], DEVNET, BOB_SECRET)
+    h.service.submit_tx(bob_on.raw)
+    assert bob_on.txid in h.service.mempool
+
+    w6 = h.mine(w5.id, milestone=w5.id, ms=True)  # x stays childless: S7's first child later
+    w7 = h.mine(w6.id, milestone=w6.id, ms=True)  # back to the first branch, without to_bob
+    assert h.node.chain.best_id == w7.id
+    assert to_bob.txid in h.service.mempool
+    assert bob_on.txid not in h.service.mempool
+    assert bob_on.txid in h.service.waiting
+
+    h.mine(x.id, txs=[to_bob], milestone=w7.id, ms=True)  # the parent is VALID again
+    assert h.node.chain.get_utxo(to_bob.txid, 0) is not None
+    assert bob_on.txid in h.service.mempool
+    assert bob_on.txid not in h.service.waiting
