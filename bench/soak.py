@@ -623,23 +623,39 @@ class Soak:
             self.load.kill()
             self.load.wait(10)
         self.checkpoint("load done")
-        for miner in self.miners:
+        # Two miners' last milestones can tie (equal chainwork, F: each node keeps the one it
+        # saw first) and only a later milestone settles it: the first miner mines on until the
+        # nodes agree; a last milestone of its own ties with nothing.
+        self.stop_miners(self.miners[1:])
+        self.say("miners but one stopped; waiting for one best milestone")
+        agree = self.wait_one_best("with one miner left")
+        self.stop_miners(self.miners[:1])
+        self.say("miners stopped; waiting for one best milestone")
+        if agree:
+            self.wait_one_best("on every node")
+        self.checkpoint("end")
+
+    def stop_miners(self, miners: Sequence[subprocess.Popen[bytes]]) -> None:
+        for miner in miners:
             miner.send_signal(signal.SIGTERM)
-        for miner in self.miners:
+        for miner in miners:
             try:
                 miner.wait(15)
             except subprocess.TimeoutExpired:
                 miner.kill()
-        self.say("miners stopped; waiting for one best milestone")
+
+    def wait_one_best(self, what: str) -> bool:
+        """Wait for every node on one best milestone; a failure is recorded and returns False."""
         try:
             wait_until(
                 lambda: len({n.best()[0] for n in self.nodes}) == 1,
                 self.config.final_timeout_s,
-                "one best milestone on every node",
+                f"one best milestone {what}",
             )
         except AssertionError as exc:
             self.failures.append(str(exc))
-        self.checkpoint("end")
+            return False
+        return True
 
     def check_ledgers(self) -> dict[str, Any]:
         """One best milestone; identical digests and balances on every node."""
