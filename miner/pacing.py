@@ -7,13 +7,13 @@ search, submit) counts against its own period instead of adding to it, and after
 time up. Over any window of T seconds at most ``rate * T + burst + 1`` blocks are accepted.
 This is GCRA, the token bucket's dual: ``burst`` is the bucket's size.
 
-Each block starts at a random point of its slot's period (``spread``, a fraction drawn per block),
-not at the slot itself. With slots on a fixed grid the phases of miners started together froze
-for the whole run (within 2 ms on devnet): three miners whose blocks were further apart than a
-block takes to reach the other nodes each saw only the block before theirs unlinked, so no block
-ever carried two tip links (``tests/functional/test_miners_knit_tip_links.py``). Real proof of
-work finds blocks at random times; the spread restores that, keeps the average rate (a block
-never starts before its slot, and one that is late anyway waits no longer) and the bound above.
+Each block after the first starts at a random point of its slot's period (``spread``, a fraction
+drawn per block), not at the slot itself. With slots on a fixed grid the phases of miners started
+together froze for the whole run (within 2 ms on devnet): three miners whose blocks were further
+apart than a block takes to reach the other nodes each saw only the block before theirs unlinked,
+so no block ever carried two tip links (``tests/functional/test_miners_knit_tip_links.py``).
+Real proof of work finds blocks at random times; the spread restores that, and keeps the average
+rate (a block never starts before its slot; one late anyway waits no longer) and the bound above.
 """
 
 import math
@@ -34,8 +34,9 @@ def default_burst(rate: float) -> int:
 class Pacer:
     """At most ``rate`` accepted blocks per second on average (``rate <= 0``: no limit).
 
-    ``spread`` draws where in its period a block starts, a fraction in [0, 1) (uniform by
-    default; ``lambda: 0.0`` starts every block at its slot).
+    ``spread`` draws where in its period each block after the first starts, a fraction in
+    [0, 1) (uniform by default; ``lambda: 0.0`` starts every block at its slot). The first one
+    starts at once: a registration, and the first answer of the node (e.g. a refused token).
     """
 
     rate: float
@@ -48,9 +49,8 @@ class Pacer:
         """Seconds to wait before the next block may start (0 when it may start now)."""
         if self.rate <= 0:
             return 0.0
-        if self.next_at is None:
+        if self.next_at is None:  # the first block (a registration) starts at once
             self.next_at = now
-            self._draw()
         return max(0.0, self.next_at + self._offset - now)
 
     def on_accepted(self, now: float) -> None:

@@ -104,3 +104,8 @@ def test_a_block_late_anyway_waits_no_longer_for_its_random_start() -> None:
     pacer = Pacer(10.0, burst=5, spread=lambda: 0.9)
     starts = _starts(pacer, [0.01] * 3 + [0.5] + [0.01] * 4)
     assert starts[4] == starts[3] + 0.5  # behind its slot: starts at once
+
+
+def test_the_first_block_starts_at_once() -> None:
+    """A registration, and the node's first answer (a refused token is one line, test_cli)."""
+    assert Pacer(4.0, burst=2, spread=lambda: 0.9).delay(100.0) == 0.0
