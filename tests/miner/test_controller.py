@@ -5,12 +5,19 @@ from pathlib import Path
 import pytest
 
 from apiclient.models import SubmitBlockResponse, TemplateResponse
-from dagchain.blocks import compute_tips_root
+from dagchain.blocks import NONCE_OFFSET, compute_tips_root
 from dagchain.crypto import ZERO_HASH
 from dagchain.params import DEVNET
 from dagchain.transactions import REDEMPTION_INDEX, TxKind, verify_tx_signatures
 from dagchain.types import Address
-from miner.controller import Miner, MinerConfig, MinerError, MinerState, header_from_template
+from miner.controller import (
+    Miner,
+    MinerConfig,
+    MinerError,
+    MinerState,
+    StateWriter,
+    header_from_template,
+)
 
 PAYOUT = Address(bytes(range(32)))
 ANCHOR = "ab" * 32
@@ -124,3 +131,40 @@ def test_an_accepted_registration_names_the_peer_chain_and_an_orphan_does_not(
     assert (miner.state.root, miner.state.last_block) == (block, block)
     assert (miner.stats.blocks, miner.stats.milestones) == (1, 1)
     assert MinerState.load(tmp_path, "devnet").root == block
+
+
+async def test_an_ordinary_block_is_saved_in_the_background_and_flushed_at_exit(
+    tmp_path: Path,
+) -> None:
+    """Issue 25 item 4: the fsynced state write (about 5 ms) no longer holds up the next block."""
+    miner = _miner(tmp_path)
+    miner.state.root = "44" * 32
+    t = _template(miner)
+    for i in range(3):
+        ok = SubmitBlockResponse(hash=f"{i:02x}" * 32, is_milestone=False, status="accepted")
+        assert miner._on_submitted(t, f"{i:02x}" * 32, ok, redeem=False)
+    await miner.state_writer.aclose()
+    saved = MinerState.load(tmp_path, "devnet")
+    assert (saved.blocks, saved.last_block) == (3, "02" * 32)
+
+
+def test_an_older_snapshot_never_replaces_a_newer_one(tmp_path: Path) -> None:
+    writer = StateWriter(tmp_path)
+    old = writer._snapshot(MinerState("devnet", blocks=1))
+    new = writer._snapshot(MinerState("devnet", blocks=2))
+    writer._write(*new)
+    writer._write(*old)  # a worker thread that lost the race
+    assert MinerState.load(tmp_path, "devnet").blocks == 2
+
+
+class _NoPool:
+    def search(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the pool was asked")
+
+
+async def test_an_easy_target_is_solved_without_the_worker_pool(tmp_path: Path) -> None:
+    """On devnet nearly every hash is a block: no thread hand-off for it (issue 25 item 4)."""
+    miner = _miner(tmp_path)
+    prefix = bytes(NONCE_OFFSET)
+    result = await miner._search(_NoPool(), prefix, (1 << 256) - 1, start=1000)  # type: ignore[arg-type]
+    assert (result.nonce, result.hashes) == (1000, 1)
