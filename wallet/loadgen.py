@@ -14,8 +14,11 @@ Phases, each bounded in time and count:
 3. **Wait** until every accepted tx is confirmed or ``confirm_timeout_s`` passes.
 
 Tracking: an accepted tx still unconfirmed after ``RECHECK_AFTER_S`` is looked up with
-``GET /v1/txs/{txid}``. ``unknown`` (the node dropped it, e.g. a restart: the pool is not kept) is
-resubmitted; if its inputs are no longer spendable (409), or it is ``invalid``, it is abandoned:
+``GET /v1/txs/{txid}``. ``unknown`` (the node dropped it, e.g. a restart: the pool is not kept, or
+a reorganisation returned more txs than the pool holds) or ``invalid`` (a block's copy of it is
+INVALID, e.g. a stale branch's block ordered with ``sortition``, while the tx itself may still
+confirm) is resubmitted; a 503 (pool full) or a 409 ``missing-input`` (its parent is unconfirmed
+again) is asked again later; if its inputs are spent elsewhere (another 409), it is abandoned:
 a load tx's coin goes back to the pool if the owner's UTXOs still list it, a funding tx is built
 again from other source coins. Each round of such repairs is one progress line.
 
@@ -482,13 +485,19 @@ class _Run:
         async def one(sent: SentTx) -> None:
             async with gate:
                 answer = await self.client.tx(sent.txid.hex())
-                state = answer.status
-                if state == "unknown":
+                if answer.status in ("unknown", "invalid"):
+                    # "invalid" names a copy in some block (a stale block's sortition, say);
+                    # the tx itself may still confirm: rebroadcast it, as a wallet would
                     try:
                         await self.client.submit_tx(sent.raw)
                     except ApiError as exc:
                         if exc.status == 0:
                             raise
+                        if exc.status == 503 or exc.code == "missing-input":
+                            # pool full, or its parent is unconfirmed again (a reorganisation
+                            # sent it back to the pool): ask again later
+                            sent.checked_at = time.monotonic()
+                            return
                         if (await self.client.tx(sent.txid.hex())).status == "confirmed":
                             sent.checked_at = time.monotonic()
                             return  # confirmed between the two calls
@@ -496,16 +505,14 @@ class _Run:
                         return
                     sent.resubmits += 1
                     resubmitted.append(sent)
-                elif state == "invalid":
-                    abandoned.append(sent)
-                    return
                 sent.checked_at = time.monotonic()
 
         await asyncio.gather(*(one(s) for s in due))
         if resubmitted:
             self.resubmitted += len(resubmitted)
             self.progress(
-                f"resubmitted {len(resubmitted)} txs the node no longer knew (unknown), "
+                f"resubmitted {len(resubmitted)} txs the node no longer had (unknown, or "
+                f"invalid copies), "
                 f"e.g. {resubmitted[0].txid.hex()}"
             )
         for sent in abandoned:

@@ -284,9 +284,13 @@ class _ForgetfulNode:
         self.posted: list[bytes] = []
         self.then = "mempool"
         """The state of a tx (re)submitted from now on."""
+        self.refuse: tuple[int, str] | None = None
+        """(HTTP status, error code) every submission is refused with from now on."""
 
     async def submit_tx(self, raw: bytes) -> str:
         self.posted.append(raw)
+        if self.refuse is not None:
+            raise ApiError(*self.refuse, "refused", None, "POST", "/v1/txs")
         txid = decode_transaction(raw, DEVNET).txid.hex()
         if self.states.get(txid, "unknown") == "unknown":
             self.states[txid] = self.then
@@ -341,12 +345,35 @@ async def test_load_resubmits_a_tx_the_node_no_longer_knows() -> None:
     assert "confirmed/offered=0/1" in run.status_line(1.0, 1)
 
 
+async def test_load_rebroadcasts_an_invalid_tx_and_waits_while_its_parent_is_unconfirmed() -> None:
+    """Issue 26's soak: a tx the node reports ``invalid`` because a stale branch's block copy of
+    it was ordered INVALID(sortition) can still confirm; after a deep reorganisation the node may
+    also have dropped it (its pool full). The load posts the same tx again instead of paying
+    anew; a 503 or a ``missing-input`` refusal (its parent back in the pool) is asked again
+    later."""
+    node = _ForgetfulNode({}, utxos=[utxo(9, 10**6)])
+    run, _ = await _one_load_tx(node, [])
+    (sent,) = run.sent.values()
+    node.states[sent.txid.hex()] = "invalid"
+    for refusal in ((503, "mempool-full"), (409, "missing-input")):
+        node.refuse = refusal
+        sent.checked_at -= 60
+        await run.recheck()
+        assert (sent.abandoned, run.released, run.resubmitted) == (False, 0, 0), refusal
+    node.refuse = None
+    sent.checked_at -= 60
+    await run.recheck()
+    assert node.posted == [sent.raw] * 4, "the same tx, never a new payment"
+    assert (sent.abandoned, run.released, run.resubmitted) == (False, 0, 1)
+
+
 async def test_load_gives_the_coin_of_an_invalid_tx_back_when_it_is_unspent() -> None:
     node = _ForgetfulNode({}, utxos=[utxo(9, 10**6)])
     lines: list[str] = []
     run, coin = await _one_load_tx(node, lines)
     (sent,) = run.sent.values()
     node.states[sent.txid.hex()] = "invalid"
+    node.refuse = (409, "conflict")  # its rebroadcast is refused: another tx spends its coin
     await run.recheck()
     assert sent.abandoned
     assert (run.released, run.lost, list(run.pool)) == (1, 0, [coin])
