@@ -9,8 +9,15 @@ Damage is reported as :class:`~dagchain.errors.StorageError` naming the path: a 
 another process, a corrupted table or log (``paranoid_checks`` plus, by default, a checksum scan of
 every table at open), or table files without the ``CURRENT`` pointer (LevelDB would otherwise
 create a fresh, empty database over them).
+
+One kind of corruption is recovered from rather than reported: a torn tail of the newest log,
+the end of a batch the power cut off before its fsync (never acknowledged). When the paranoid open
+fails and :mod:`dagchain.storage.walcheck` finds no valid record after the damage, the store lets
+LevelDB recover once without ``paranoid_checks`` (it drops the torn records), logs one WARNING
+naming the bytes dropped, reopens paranoid and verifies every table (docs/protocol.md decision 38).
 """
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +25,9 @@ from typing import Any, final
 
 from dagchain.errors import StorageError
 from dagchain.storage import WriteBatch
+from dagchain.storage.walcheck import scan_log_file
+
+logger = logging.getLogger(__name__)
 
 _TABLE_SUFFIXES = (".ldb", ".sst", ".log")
 BLOOM_FILTER_BITS = 10
@@ -49,7 +59,8 @@ class LevelDBStore:
         create_if_missing: create an empty database if ``path`` holds none.
         sync: fsync every batch (PROTOCOL.md §12 requires it; only benchmarks turn it off).
         verify: read every table once at open, checking block checksums, so a damaged file is
-            reported now rather than when its rows are first read.
+            reported now rather than when its rows are first read (always done after a torn log
+            tail was dropped).
         block_cache_bytes: LevelDB's cache of uncompressed table blocks (a fixed cap).
         write_buffer_bytes: LevelDB's memtable size (a fixed cap).
 
@@ -75,11 +86,11 @@ class LevelDBStore:
         _check_directory(Path(self.path))
         new = create_if_missing and not (Path(self.path) / "CURRENT").exists()
 
-        def open_db() -> Any:
+        def open_db(paranoid: bool = True) -> Any:
             return plyvel.DB(
                 self.path,
                 create_if_missing=create_if_missing,
-                paranoid_checks=True,
+                paranoid_checks=paranoid,
                 bloom_filter_bits=BLOOM_FILTER_BITS,
                 lru_cache_size=block_cache_bytes,
                 write_buffer_size=write_buffer_bytes,
@@ -97,7 +108,25 @@ class LevelDBStore:
                 self._db.close()
                 self._db = open_db()
         except plyvel.Error as exc:
-            raise self._error("cannot open", exc) from None
+            torn = _torn_log_tail(Path(self.path)) if self._is_corruption(exc) else None
+            if torn is None:
+                raise self._error("cannot open", exc) from None
+            try:
+                # Without paranoid_checks, recovery drops the torn records, writes what the log
+                # held before them to a table and starts a new log: the paranoid reopen is clean.
+                open_db(paranoid=False).close()
+                self._db = open_db()
+            except plyvel.Error as again:
+                raise self._error("cannot open", again) from None
+            log_name, dropped = torn
+            logger.warning(
+                "LevelDB database %s: dropped the torn last %d bytes of its log %s, a write cut "
+                "off before it was synced (never acknowledged); every synced write is kept",
+                self.path,
+                dropped,
+                log_name,
+            )
+            verify = True  # the disk just lost a write: check every table too
         if verify:
             try:
                 for _ in self._db.iterator(verify_checksums=True, fill_cache=False):
@@ -107,10 +136,8 @@ class LevelDBStore:
                 raise self._error("damaged table file in", exc) from None
 
     def _error(self, what: str, exc: BaseException) -> StorageError:
-        arg = exc.args[0] if exc.args else ""
-        text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
-        text = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        if isinstance(exc, self._plyvel.CorruptionError) or text.startswith("Corruption"):
+        text = _message(exc)
+        if self._is_corruption(exc):
             return StorageError(f"LevelDB database {self.path} is corrupted: {text}")
         if text.startswith("IO error: lock "):  # "already held by process" or an errno
             return StorageError(f"LevelDB database {self.path} is in use by another process")
@@ -119,6 +146,11 @@ class LevelDBStore:
                 f"{what} LevelDB database {self.path}: its parent directory does not exist"
             )
         return StorageError(f"{what} LevelDB database {self.path}: {text}")
+
+    def _is_corruption(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._plyvel.CorruptionError) or _message(exc).startswith(
+            "Corruption"
+        )
 
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or None."""
@@ -191,6 +223,39 @@ class _Transaction:
             batch.write()
         except self._store._plyvel.Error as error:
             raise self._store._error("cannot write", error) from None
+
+
+def _message(exc: BaseException) -> str:
+    """The first line of a plyvel error's message (or the error's class name)."""
+    arg = exc.args[0] if exc.args else ""
+    text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def _torn_log_tail(path: Path) -> tuple[str, int] | None:
+    """The newest log's name and its bytes to drop, if its torn tail is all the logs' damage.
+
+    A torn tail: no valid record after the first bad one (:mod:`dagchain.storage.walcheck`).
+
+    Older logs (LevelDB keeps one until the flush of its memtable has been recorded) must be
+    clean: a sync covers only the current log, and the node syncs every batch, so damage in an
+    older one is damage to acknowledged writes.
+    """
+    logs = sorted(
+        (int(p.name[: -len(".log")]), p)
+        for p in path.glob("*.log")
+        if p.name[: -len(".log")].isdigit()
+    )
+    if not logs:
+        return None
+    try:
+        scans = [(p, scan_log_file(p)) for _, p in logs]
+    except OSError:
+        return None
+    *older, (newest, last) = scans
+    if not last.torn_tail or not all(scan.clean for _, scan in older):
+        return None
+    return newest.name, last.tail_bytes
 
 
 def _check_directory(path: Path) -> None:

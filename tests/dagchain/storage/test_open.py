@@ -4,6 +4,8 @@ PROTOCOL.md §12 and docs/protocol.md decision 17: an unusable database fails at
 clear StorageError that names the path (or the versions), never with a silently wrong state.
 """
 
+import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from dagchain.chain import Chain
 from dagchain.errors import StorageError
 from dagchain.storage import schema as S
 from dagchain.storage.leveldb import LevelDBStore
+from dagchain.storage.walcheck import scan_log_file
 from dagchain.types import BlockId
 from tests.dagchain.test_properties import PARAMS, dag_pool
 
@@ -138,6 +141,96 @@ def test_damaged_files_are_detected_at_open(
     with pytest.raises(StorageError, match=message) as info:
         LevelDBStore(db)
     assert str(db) in str(info.value)
+
+
+def logged_store(db: Path, batches: int) -> list[bytes]:
+    """A store whose last ``batches`` batches (40 kB each: every one spans log blocks) are only
+    in its log; their keys."""
+    for _ in range(2):
+        LevelDBStore(db).close()  # an older datadir: its log holds only what follows
+    store = LevelDBStore(db)
+    keys = [b"batch-%03d" % i for i in range(batches)]
+    for k in keys:
+        with store.write_batch() as wb:
+            wb.put(k, os.urandom(40_000))
+    store.close()  # LevelDB 1.22 leaves the memtable in the log: the next open replays it
+    return keys
+
+
+def only_log(db: Path) -> Path:
+    (log,) = db.glob("*.log")
+    return log
+
+
+def test_a_torn_log_tail_is_dropped_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last batch's records were cut off before its fsync (garbage where its end should be):
+    the paranoid open refuses it ("checksum mismatch"); the store drops that tail, says so in one
+    WARNING, and keeps every earlier batch (docs/protocol.md decision 38)."""
+    db = tmp_path / "db"
+    keys = logged_store(db, 5)
+    log = only_log(db)
+    data = bytearray(log.read_bytes())
+    data[-30_000:] = os.urandom(30_000)
+    log.write_bytes(bytes(data))
+    scan = scan_log_file(log)
+    assert scan.torn_tail
+    caplog.set_level(logging.WARNING, logger="dagchain.storage.leveldb")
+    store = LevelDBStore(db)
+    try:
+        assert [k for k in keys if store.get(k) is None] == [keys[-1]]
+    finally:
+        store.close()
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"LevelDB database {db}: dropped the torn last {scan.tail_bytes} bytes of its log "
+        f"{log.name}, a write cut off before it was synced (never acknowledged); every synced "
+        "write is kept"
+    )
+    caplog.clear()
+    LevelDBStore(db).close()
+    assert caplog.records == []
+
+
+def test_damage_in_the_middle_of_the_log_stays_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Flipped bytes in an early batch, with valid batches after it: synced data is damaged, so
+    the store refuses to open (decision 17), and drops nothing."""
+    db = tmp_path / "db"
+    logged_store(db, 5)
+    log = only_log(db)
+    data = bytearray(log.read_bytes())
+    for i in range(50_000, 50_008):
+        data[i] ^= 0xFF
+    log.write_bytes(bytes(data))
+    scan = scan_log_file(log)
+    assert scan.first_bad is not None
+    assert scan.valid_after
+    with pytest.raises(StorageError, match=r"is corrupted: .*checksum mismatch") as info:
+        LevelDBStore(db)
+    assert str(db) in str(info.value)
+    assert log.read_bytes() == bytes(data)
+    assert caplog.records == []
+
+
+def test_a_torn_log_tail_with_a_damaged_table_stays_fatal(
+    template: Template, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The torn tail is dropped, but the verify pass still finds the damaged table."""
+    caplog.set_level(logging.WARNING, logger="dagchain.storage.leveldb")
+    db = tmp_path / "db"
+    filled_db(template, db)
+    flip_table_bytes(db)
+    log = only_log(db)
+    bad_crc = bytes(4) + (10).to_bytes(2, "little") + bytes([1]) + b"x" * 10  # a FULL record
+    log.write_bytes(log.read_bytes() + bad_crc)
+    assert scan_log_file(log).torn_tail
+    with pytest.raises(StorageError, match="is corrupted: Corruption: block checksum mismatch"):
+        LevelDBStore(db, verify=False)  # verified anyway after a recovery
+    assert "dropped the torn last 17 bytes" in caplog.text
 
 
 def put_row(db: Path, key: bytes, value: bytes | None) -> None:
