@@ -548,8 +548,13 @@ class Soak:
             [n for n in self.nodes if n.index in side],
             [n for n in self.nodes if n.index not in side],
         ]
-        chains = [h[0].milestones() for h in halves]
-        works = [int(h[0].status().best_milestone.chainwork) for h in halves]
+        # each side's chain and its work from one moment of one node: read apart, a light
+        # side that synced the heavy chain by itself in between looked heavy, and the heavy
+        # side was invalidated (a make-test soak stalled so: every miner's peer chain then
+        # linked a milestone above its node's best, D5a)
+        views = [self.chain_view(h[0]) for h in halves]
+        chains = [chain for chain, _ in views]
+        works = [work for _, work in views]
         fork = next(
             (i for i, (a, b) in enumerate(zip(*chains, strict=False)) if a != b),
             min(map(len, chains)),
@@ -564,6 +569,19 @@ class Soak:
         names = [n.name for n in halves[light]]
         self.say(f"F8: invalidated milestone {fork} {milestone[:16]} on {names} (lighter side)")
         return {"invalidated": milestone, "height": fork, "nodes": names, "light_head": head}
+
+    @staticmethod
+    def chain_view(node: NodeProcess) -> tuple[list[str], int]:
+        """A node's best-chain milestones and the chainwork of their head, read consistently
+        (the status read again until its best milestone is the list's last)."""
+        for _ in range(20):
+            before = node.status().best_milestone
+            chain = node.milestones()
+            after = node.status().best_milestone
+            if before.hash == after.hash == chain[-1]:
+                return chain, int(after.chainwork)
+            time.sleep(0.1)
+        raise AssertionError(f"{node.name}'s best milestone kept moving; no consistent view")
 
     def fault_skew(self, fault: Fault) -> None:
         node = self.nodes[fault.targets[0]]
