@@ -297,6 +297,11 @@ class MinerConfig:
     status_interval_s: float = 10.0
     token_file: Path | None = None
     """Re-read when the node answers 401: a restarted node writes a new token."""
+    new_chain_after_s: float = 30.0
+    """§3.4: a peer chain that D5a holds back (it links a milestone above the best head) waits
+    for a higher head; when the best milestone has not moved for this long (no other miner makes
+    one either: every miner was on the side an operator's F8 undid), register a new peer chain,
+    as §3.4 allows, instead of waiting for ever (docs/miner.md)."""
 
 
 class Miner:
@@ -321,6 +326,8 @@ class Miner:
         self.best_milestone: str | None = None
         self._since_redemption = 0
         self._warned_anchor = False
+        self._held_back: tuple[float, str | None] | None = None
+        """(since, best milestone then) while D5a holds our peer chain back."""
 
     # ---- HTTP ----------------------------------------------------------------------------------
 
@@ -328,8 +335,11 @@ class Miner:
         while True:
             try:
                 if self.state.root is None:
-                    return await self.api.template(register=self.key_address_text)
-                return await self.api.template(root=self.state.root)
+                    t = await self.api.template(register=self.key_address_text)
+                else:
+                    t = await self.api.template(root=self.state.root)
+                self._held_back = None
+                return t
             except NodeUnreachable:
                 raise
             except ApiError as exc:
@@ -338,11 +348,37 @@ class Miner:
                     raise MinerError(
                         f"the node does not know our peer chain {self.state.root}: {exc.message}"
                     ) from None
+                if exc.code == "wait-for-head" and self._abandon_held_back_chain():
+                    continue
                 if exc.status >= 500 or exc.status == 409:  # not ready (e.g. syncing): retry
                     log.warning("template not available (%s): %s", exc.status, exc.message)
                     await asyncio.sleep(1)
                     continue
                 raise MinerError(f"template request failed ({exc.status}): {exc.body}") from None
+
+    def _abandon_held_back_chain(self, now: float | None = None) -> bool:
+        """D5a holds our peer chain back: True (and no root any more, so the next template
+        registers a new peer chain) once the best milestone stood still for
+        ``new_chain_after_s`` while it did."""
+        now = time.monotonic() if now is None else now
+        held = self._held_back
+        if held is None or held[1] != self.best_milestone:
+            self._held_back = (now, self.best_milestone)
+            return False
+        if now - held[0] < self.cfg.new_chain_after_s or self.state.root is None:
+            return False
+        log.warning(
+            "peer chain %s links a milestone above the best head, and the best milestone has "
+            "not moved for %.0f s: registering a new peer chain (PROTOCOL.md §3.4; the old "
+            "chain's unredeemed rewards stay with it)",
+            self.state.root,
+            now - held[0],
+        )
+        self.state.root = None
+        self.state.last_block = None
+        self.state_writer.save_now(self.state)
+        self._held_back = None
+        return True
 
     def _check_token(self, exc: ApiError) -> None:
         """401/403 after the client re-read the token file: a user error."""

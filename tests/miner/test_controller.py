@@ -168,3 +168,24 @@ async def test_an_easy_target_is_solved_without_the_worker_pool(tmp_path: Path) 
     prefix = bytes(NONCE_OFFSET)
     result = await miner._search(_NoPool(), prefix, (1 << 256) - 1, start=1000)  # type: ignore[arg-type]
     assert (result.nonce, result.hashes) == (1000, 1)
+
+
+def test_a_peer_chain_held_back_by_d5a_is_given_up_once_no_head_comes(tmp_path: Path) -> None:
+    """§3.4 (D5a): after an operator's F8 undid the side every miner was on, each peer chain
+    links a milestone above the best head and §3.4 says wait for a higher one, which no one can
+    mine: the network stalled (a make-test soak). A miner waits while heads keep coming, and
+    registers a new peer chain (no root) once the best milestone stood still for
+    ``new_chain_after_s``; the state file says so at once."""
+    miner = _miner(tmp_path)
+    miner.state.root = "44" * 32
+    miner.best_milestone = "aa" * 32
+    limit = miner.cfg.new_chain_after_s
+    assert not miner._abandon_held_back_chain(now=100.0)  # first refusal: start counting
+    assert not miner._abandon_held_back_chain(now=100.0 + limit - 1)
+    miner.best_milestone = "bb" * 32  # a new head came: count again from here
+    assert not miner._abandon_held_back_chain(now=100.0 + limit + 1)
+    assert not miner._abandon_held_back_chain(now=100.0 + 2 * limit)
+    assert miner.state.root == "44" * 32
+    assert miner._abandon_held_back_chain(now=101.0 + 2 * limit + 1)
+    assert miner.state.root is None
+    assert MinerState.load(tmp_path, "devnet").root is None
