@@ -83,6 +83,8 @@ class LevelDBStore:
         self.path = os.fspath(path)
         self._sync = sync
         self._plyvel: Any = plyvel
+        self._dir_mtime_ns = -1
+        """The directory's mtime when we last fsynced it (see :meth:`_sync_directory`)."""
         _check_directory(Path(self.path))
         new = create_if_missing and not (Path(self.path) / "CURRENT").exists()
 
@@ -152,6 +154,29 @@ class LevelDBStore:
             "Corruption"
         )
 
+    def _sync_directory(self) -> None:
+        """After a synced batch: fsync the database directory if its entries changed.
+
+        LevelDB 1.22 switches to a new log file (each time its memtable fills) without an fsync
+        of the directory, and a synced batch may sit in that new log: until its background
+        flush writes the next MANIFEST, a power cut could lose the new log's name and every
+        acknowledged write in it (issue 26; docs/protocol.md decision 39). One ``stat`` per
+        batch; an fsync of the directory only when a file was created, renamed or removed.
+        """
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+            if mtime == self._dir_mtime_ns:
+                return
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            what = f"cannot sync the directory of LevelDB database {self.path}"
+            raise StorageError(f"{what}: {exc}") from None
+        self._dir_mtime_ns = mtime
+
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or None."""
         try:
@@ -219,10 +244,13 @@ class _Transaction:
         if exc_type is not None:
             batch.clear()
             return
+        store = self._store
         try:
             batch.write()
-        except self._store._plyvel.Error as error:
-            raise self._store._error("cannot write", error) from None
+        except store._plyvel.Error as error:
+            raise store._error("cannot write", error) from None
+        if store._sync:
+            store._sync_directory()
 
 
 def _message(exc: BaseException) -> str:
