@@ -36,10 +36,15 @@ signed txs each, 8 per level set, bench/core.py's workload on SIM parameters, pu
 with every tx VALID, each spending one output into two, and timestamps 1.25 s apart):
 the blocks are applied twice to LevelDB, one synced batch per level set, once as an unpruned
 node and once as a node with ``--prune-depth D`` (a pruning pass of 64-block steps after each
-level set, as the daemon's task runs). Reported: disk use (the database directory as left, and
-after a full compaction, which is when LevelDB has given back the space of the deleted rows),
-the logical bytes (keys + values) by row kind, the apply rates, the restart time of each, and
-disk per day at 1,024 tx/s extrapolated from bytes per block. Last line:
+level set, as the daemon's task runs). Each node runs in its own child process (the two at once,
+or one after the other with ``--prune-serial``), which streams the workload: it builds each block
+on its own chain, applies it and drops it (building is left out of the apply times), so memory
+holds a chain and the spendable coins, not the workload, and 100,000 blocks fit; the workload is
+deterministic and the children's digests of the block ids must agree. Each child prints a
+progress line to stderr every 5,000 blocks. Reported: disk use (the database directory as left,
+and after a full compaction, which is when LevelDB has given back the space of the deleted rows),
+the logical bytes (keys + values) by row kind, the apply rates, the restart time and peak
+resident set of each, and disk per day at 1,024 tx/s extrapolated from bytes per block. Last line:
 ``restart_s_pruned: <seconds>``.
 """
 
