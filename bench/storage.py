@@ -36,16 +36,23 @@ signed txs each, 8 per level set, bench/core.py's workload on SIM parameters, pu
 with every tx VALID, each spending one output into two, and timestamps 1.25 s apart):
 the blocks are applied twice to LevelDB, one synced batch per level set, once as an unpruned
 node and once as a node with ``--prune-depth D`` (a pruning pass of 64-block steps after each
-level set, as the daemon's task runs). Reported: disk use (the database directory as left, and
-after a full compaction, which is when LevelDB has given back the space of the deleted rows),
-the logical bytes (keys + values) by row kind, the apply rates, the restart time of each, and
-disk per day at 1,024 tx/s extrapolated from bytes per block. Last line:
+level set, as the daemon's task runs). Each node runs in its own child process (the two at once,
+or one after the other with ``--prune-serial``), which streams the workload: it builds each block
+on its own chain, applies it and drops it (building is left out of the apply times), so memory
+holds a chain and the spendable coins, not the workload, and 100,000 blocks fit; the workload is
+deterministic and the children's digests of the block ids must agree. Each child prints a
+progress line to stderr every 5,000 blocks. Reported: disk use (the database directory as left,
+and after a full compaction, which is when LevelDB has given back the space of the deleted rows),
+the logical bytes (keys + values) by row kind, the apply rates, the restart time and peak
+resident set of each, and disk per day at 1,024 tx/s extrapolated from bytes per block. Last line:
 ``restart_s_pruned: <seconds>``.
 """
 
 import argparse
 import contextlib
 import gc
+import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -53,7 +60,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -234,42 +240,77 @@ def full_blocks(count: int) -> tuple[float, float]:
     return best["memory"], best["levelset"]
 
 
+PROGRESS_EVERY = 5_000
+"""``--prune-depth``'s children print a progress line to stderr every this many blocks."""
+
 TX_PER_S = 1_024
 """The devnet's sustained rate (README): disk per day is extrapolated at this load."""
 
 
-def _apply_pruned(
-    params: Any, setup: MemoryStore, blocks: list[Block], db: Path, depth: int
-) -> dict[str, float]:
-    """Apply ``blocks`` on a fresh LevelDB at ``db`` (pruning to ``depth`` unless 0)."""
+def _apply_pruned(count: int, db: Path, depth: int) -> dict[str, float]:
+    """Build and apply ``count`` blocks on a fresh LevelDB at ``db`` (pruning to ``depth``).
+
+    The blocks are streamed (bench/core.py ``stream_workload``): each is built on this chain,
+    applied and dropped, so memory holds the chain and the spendable coins, not the workload.
+    Building (signing 128 txs, grinding a nonce) is left out of the apply times.
+    """
+    from bench.core import bench_params, stream_workload, workload_setup
     from dagchain.pruning import Pruner
 
+    params = bench_params()
+    t0 = time.perf_counter()
+    setup, start = workload_setup(params)
     shutil.rmtree(db, ignore_errors=True)
     store = LevelDBStore(db)
     with store.write_batch() as wb:
         for key, value in setup.snapshot().items():
             wb.put(key, value)
+    del setup
     chain = Chain(params, store)
     pruner = Pruner(chain, depth) if depth else None
     gc.collect()
-    start, start_cpu = time.perf_counter(), time.process_time()
+    gc.freeze()  # the setup's objects stay alive through the run: keep them out of GC scans
+    digest = hashlib.sha256()
+    built = applied = applied_cpu = 0.0
+    blocks = stream_workload(chain, start, count, long_run=True)
     group = chain.write_group()
     group.__enter__()
-    for block in blocks:
+    mark, mark_cpu = t0, time.process_time()
+    for done, block in enumerate(blocks, 1):
+        t1, c1 = time.perf_counter(), time.process_time()
+        built += t1 - mark
         if chain.on_block(block.raw, NOW).is_milestone:
             group.__exit__(None, None, None)
             while pruner is not None and pruner.step(64):
                 pass
             group = chain.write_group()
             group.__enter__()
+        digest.update(block.id)
+        mark, mark_cpu = time.perf_counter(), time.process_time()
+        applied += mark - t1
+        applied_cpu += mark_cpu - c1
+        if done % PROGRESS_EVERY == 0:
+            print(
+                f"{db.name}: {done} blocks, height {chain.best_height}, built {built:.0f} s, "
+                f"applied {applied:.0f} s, disk as left {du(db) / 1e6:.0f} MB, "
+                f"VmRSS {rss_mb('VmRSS'):.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
+    t1, c1 = time.perf_counter(), time.process_time()
     group.__exit__(None, None, None)
+    applied += time.perf_counter() - t1
+    applied_cpu += time.process_time() - c1
     out = {
-        "rate": len(blocks) / (time.perf_counter() - start),
-        "cpurate": len(blocks) / (time.process_time() - start_cpu),
+        "built_s": built,
+        "rate": count / applied,
+        "cpurate": count / applied_cpu,
         "disk_left": float(du(db)),
         "best": float(chain.best_height),
         "bodies_from": float(chain.state.pruned_below()),
+        "digest": float(int.from_bytes(digest.digest()[:6], "big")),
     }
+    del chain, pruner, blocks
     sizes: dict[str, float] = {}
     stubs = 0
     for key, value in store.iter_prefix(b""):
@@ -283,32 +324,44 @@ def _apply_pruned(
     store.compact()
     store.close()
     out["disk_compacted"] = float(du(db))
+    gc.unfreeze()
+    gc.collect()
     for verify in (True, False):
         t0 = time.perf_counter()
         store = LevelDBStore(db, verify=verify)
         Chain(params, store)
         out["restart" if verify else "restart_noscan"] = time.perf_counter() - t0
         store.close()
+        gc.collect()
+    out["hwm_mb"] = rss_mb("VmHWM")
     return out
 
 
-def prune_bench(count: int, depth: int, work: Path) -> None:
-    """The ``--prune-depth`` measurement: print its table; last line ``restart_s_pruned``."""
-    from bench.core import TXS_PER_BLOCK, bench_params, build_workload
+def prune_bench(count: int, depth: int, work: Path, serial: bool = False) -> None:
+    """The ``--prune-depth`` measurement: print its table; last line ``restart_s_pruned``.
 
-    params = bench_params()
-    print(f"building {count} blocks of {TXS_PER_BLOCK} signed txs ...", file=sys.stderr)
-    t0 = time.perf_counter()
-    gc.disable()  # millions of tx objects: full collections would dominate the build
-    setup, blocks = build_workload(params, count, long_run=True)
-    gc.enable()
-    gc.collect()
-    gc.freeze()  # the workload stays alive through both runs: keep it out of GC scans
-    built_s = time.perf_counter() - t0
-    res = {}
-    for name, d in (("unpruned", 0), (f"pruned D={depth}", depth)):
-        print(f"applying them to LevelDB, {name} ...", file=sys.stderr)
-        res[name] = _apply_pruned(params, setup, blocks, work / name.split()[0], d)
+    The unpruned and the pruned node run in two child processes, at once unless ``serial``;
+    each builds the same blocks (the workload is deterministic: the children's digests of the
+    block ids must agree) as it applies them, so neither holds the whole workload.
+    """
+    from bench.core import TXS_PER_BLOCK
+
+    res: dict[str, dict[str, float]] = {}
+    nodes = (("unpruned", 0), (f"pruned D={depth}", depth))
+    procs: dict[str, subprocess.Popen[str]] = {}
+    for name, d in nodes:
+        print(f"building and applying {count} blocks to LevelDB, {name} ...", file=sys.stderr)
+        db = work / name.split()[0]
+        args = ["--prune-child", str(count), str(db), str(d)]
+        cmd = [sys.executable, __file__, *args]
+        procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        if serial:
+            res[name] = _child_result(procs[name])
+    for name, proc in procs.items():
+        if name not in res:
+            res[name] = _child_result(proc)
+    assert res["unpruned"]["digest"] == res[f"pruned D={depth}"]["digest"], "workloads differ"
+    built_s = res["unpruned"]["built_s"]
     full, pruned = res["unpruned"], res[f"pruned D={depth}"]
     per_day = TX_PER_S * 86_400 / TXS_PER_BLOCK
     # What a pruned node keeps for ever per block: every row but bodies and undo records (those
@@ -323,7 +376,7 @@ def prune_bench(count: int, depth: int, work: Path) -> None:
     stub = pruned.get("rows b (stub)", 0.0) / max(1.0, pruned["stubs"])
     kept = ((_logical(pruned) - window) / count + stub) * overhead
     rows: list[tuple[str, str]] = [
-        (f"blocks of {TXS_PER_BLOCK} txs (built in {built_s:.0f} s)", f"{count}"),
+        (f"blocks of {TXS_PER_BLOCK} txs (built in {built_s:.0f} s, as applied)", f"{count}"),
         ("best milestone height", f"{full['best']:.0f}"),
         ("pruned node: bodies kept from milestone height", f"{pruned['bodies_from']:.0f}"),
     ]
@@ -337,6 +390,7 @@ def prune_bench(count: int, depth: int, work: Path) -> None:
             ("  logical bytes per block (keys + values)", f"{_logical(r) / count:.0f}"),
             ("  restart, checksum scan (s)", f"{r['restart']:.2f}"),
             ("  restart, no scan (s)", f"{r['restart_noscan']:.2f}"),
+            ("  peak resident set of its process (VmHWM, MB)", f"{r['hwm_mb']:.0f}"),
         ]
         rows += [
             (f"  logical bytes per block, rows {k[5:]!r}", f"{v / count:.0f}")
@@ -356,6 +410,15 @@ def prune_bench(count: int, depth: int, work: Path) -> None:
     for name, value in rows:
         print(f"{name:66} {value:>12}")
     print(f"restart_s_pruned: {pruned['restart']:.2f}")
+
+
+def _child_result(proc: "subprocess.Popen[str]") -> dict[str, float]:
+    """Wait for a ``--prune-child`` process; its result (the JSON of its last line)."""
+    out, _ = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"a --prune-child process failed with exit code {proc.returncode}")
+    result: dict[str, float] = json.loads(out.splitlines()[-1])
+    return result
 
 
 def _logical(r: dict[str, float]) -> float:
@@ -380,6 +443,12 @@ def main() -> None:
         help="only measure pruning: full blocks with and without --prune-depth D (>= 100)",
     )
     parser.add_argument("--prune-blocks", type=int, default=4_000, help="blocks for --prune-depth")
+    parser.add_argument(
+        "--prune-serial",
+        action="store_true",
+        help="run --prune-depth's unpruned and pruned node one after the other, not at once",
+    )
+    parser.add_argument("--prune-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -393,10 +462,14 @@ def main() -> None:
             {int(m) for m in marks.split(",") if m},
         )
         return
+    if args.prune_child:
+        count, db, depth = args.prune_child
+        print(json.dumps(_apply_pruned(int(count), Path(db), int(depth))), flush=True)
+        return
     work = args.out or Path(tempfile.mkdtemp(prefix="dagchain-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     if args.prune_depth:
-        prune_bench(args.prune_blocks, args.prune_depth, work)
+        prune_bench(args.prune_blocks, args.prune_depth, work, args.prune_serial)
         if args.out is None:
             shutil.rmtree(work)
         return
