@@ -552,7 +552,9 @@ class Soak:
         # side that synced the heavy chain by itself in between looked heavy, and the heavy
         # side was invalidated (a make-test soak stalled so: every miner's peer chain then
         # linked a milestone above its node's best, D5a)
-        views = [self.chain_view(h[0]) for h in halves]
+        views = self.side_views([h[0] for h in halves])
+        if views is None:
+            return None  # the fork choice healed it: one best milestone everywhere
         chains = [chain for chain, _ in views]
         works = [work for _, work in views]
         fork = next(
@@ -570,18 +572,29 @@ class Soak:
         self.say(f"F8: invalidated milestone {fork} {milestone[:16]} on {names} (lighter side)")
         return {"invalidated": milestone, "height": fork, "nodes": names, "light_head": head}
 
-    @staticmethod
-    def chain_view(node: NodeProcess) -> tuple[list[str], int]:
-        """A node's best-chain milestones and the chainwork of their head, read consistently
-        (the status read again until its best milestone is the list's last)."""
-        for _ in range(20):
-            before = node.status().best_milestone
-            chain = node.milestones()
-            after = node.status().best_milestone
-            if before.hash == after.hash == chain[-1]:
-                return chain, int(after.chainwork)
-            time.sleep(0.1)
-        raise AssertionError(f"{node.name}'s best milestone kept moving; no consistent view")
+    def side_views(
+        self, nodes: Sequence[NodeProcess], limit_s: float = 120.0
+    ) -> list[tuple[list[str], int]] | None:
+        """Each node's best-chain milestones and the chainwork of their head, each read
+        consistently (its best milestone the same before and after the list, and the list's
+        last); None as soon as every node of the network is on one best milestone. A node
+        still syncing (its best moving) is waited for, at most ``limit_s``."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            if len({n.best()[0] for n in self.nodes}) == 1:
+                return None
+            views = []
+            for node in nodes:
+                before = node.status().best_milestone
+                chain = node.milestones()
+                after = node.status().best_milestone
+                if before.hash == after.hash == chain[-1]:
+                    views.append((chain, int(after.chainwork)))
+            if len(views) == len(nodes):
+                return views
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no consistent view of {[n.name for n in nodes]} in time")
+            time.sleep(0.5)
 
     def fault_skew(self, fault: Fault) -> None:
         node = self.nodes[fault.targets[0]]
