@@ -75,7 +75,7 @@ class WaitingTxs:
         self.expiry_ms = expiry_ms
         self._held: dict[bytes, _Waiting] = {}
         self.dropped = 0
-        """Txs dropped at the bound or at expiry, for the node's metrics."""
+        """Txs dropped at the bound or at expiry (a count for tests and diagnostics)."""
 
     def __len__(self) -> int:
         return len(self._held)
