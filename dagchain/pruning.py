@@ -72,14 +72,15 @@ class Pruner:
         best = len(st.best) - 1
         return min(best - self.depth, -1 if final_h is None else final_h)
 
-    def step(self, max_blocks: int = DEFAULT_STEP_BLOCKS) -> int:
+    def step(self, max_blocks: int = DEFAULT_STEP_BLOCKS, limit: int | None = None) -> int:
         """Prune whole level sets from ``next_height`` up in one batch.
 
-        At least one level set, then more while fewer than ``max_blocks`` blocks were pruned.
+        At least one level set, then more while fewer than ``max_blocks`` blocks were pruned;
+        none above ``limit`` (the level sets peers may still fetch: decision 40).
         Returns the level sets pruned (0: nothing to do).
         """
         st = self.chain.state
-        target = self.target()
+        target = self.target() if limit is None else min(self.target(), limit)
         first = height = self.next_height
         stubs: dict[BlockId, Block] = {}
         deltas: list[BlockId] = []

@@ -30,6 +30,7 @@ from node.failstop import FailStopStore, exit_on_write_error
 from node.metrics import NodeMetrics
 from node.net.manager import PeerManager
 from p2p import wire
+from p2p.serveholds import prune_step
 from p2p.service import NodeEvent, NodeService
 
 __all__ = ["CLOCK_OFFSET_ENV", "StartupError", "node_clock", "run_node", "wall_clock_ms"]
@@ -147,11 +148,32 @@ async def _maintenance(service: NodeService, stop: asyncio.Event) -> None:
                 log.info("expired %d mempool txs, %d orphans", txs, orphans)
 
 
-async def _prune(pruner: Pruner, stop: asyncio.Event) -> None:
-    """Delete old bodies in bounded steps (one synced batch each), yielding between steps."""
+async def _prune(
+    pruner: Pruner,
+    stop: asyncio.Event,
+    service: NodeService,
+    close_peer: Callable[[str], None] | None,
+) -> None:
+    """Delete old bodies in bounded steps (one synced batch each), yielding between steps;
+    never a level set listed to a peer still fetching it (decision 40)."""
+
+    def step() -> int:
+        done, lagging = prune_step(
+            pruner, service.serve_holds, int(service.clock()), PRUNE_STEP_BLOCKS
+        )
+        for key in lagging:
+            log.info(
+                "closing peer %s: its sync from us fell %d milestones behind pruning",
+                key,
+                pruner.depth,
+            )
+            if close_peer is not None:
+                close_peer(key)
+        return done
+
     while not stop.is_set():
         steps = 0
-        while not stop.is_set() and pruner.step(PRUNE_STEP_BLOCKS):
+        while not stop.is_set() and step():
             steps += 1
             await asyncio.sleep(0)  # let peers and the API in between two batches
         if steps:
@@ -239,7 +261,8 @@ async def run_node(config: NodeConfig, token: str, version: str) -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_maintenance(service, stop), name="maintenance")
             if pruner is not None:
-                tg.create_task(_prune(pruner, stop), name="prune")
+                close = None if peers is None else peers.close_key
+                tg.create_task(_prune(pruner, stop, service, close), name="prune")
             if peers is not None:
                 tg.create_task(peers.run(stop), name="p2p")
         log.info("shutting down")

@@ -182,6 +182,7 @@ class Exchange:
     def peer_gone(self, key: str, now: int) -> None:
         """Ask the next announcers for what it owed us; a new round if it was the sync peer."""
         self._peers.pop(key, None)
+        self.service.serve_holds.release(key)
         self.send(self.relay.remove_peer(key, now))
         self.do(self.sync.remove_peer(key, now))
         self.check_synced()
@@ -249,11 +250,11 @@ class Exchange:
 
     def on_getmilestones(self, key: str, msg: wire.GetMilestones, now: int) -> None:
         """P7, P8: milestone headers after the peer's locator."""
-        self.links.send_to(key, serve_milestones(self.service, msg))
+        self.links.send_to(key, serve_milestones(self.service, msg, key))
 
     def on_getlevelset(self, key: str, msg: wire.GetLevelSet, now: int) -> None:
         """P9: a page of a level set's ids."""
-        self.links.send_to(key, serve_levelset(self.service, msg))
+        self.links.send_to(key, serve_levelset(self.service, msg, key))
 
     def on_getpending(self, key: str, msg: wire.GetPending, now: int) -> None:
         """P9: our pending blocks."""

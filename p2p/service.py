@@ -32,6 +32,7 @@ from dagchain.rules import is_stale_relay
 from dagchain.template import BlockTemplate, try_build_template
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import Address, BlockId, TxId
+from p2p.serveholds import ServeHolds
 from p2p.sync import MAX_LEVEL_SETS_IN_FLIGHT
 from p2p.wire import block_frame_milestone_link
 
@@ -109,6 +110,8 @@ class NodeService:
         """What this node saw of recent level sets and its pool's txs (``GET /v1/fees``)."""
         self._fee_cache: tuple[int, int, FeeEstimate] | None = None
         """(best height, time, estimate): :meth:`fee_estimate` walks the whole pool."""
+        self.serve_holds = ServeHolds()
+        """Level sets we listed to syncing peers: pruning keeps them (decision 40)."""
 
     # ------------------------------------------------------------------ events
     def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
@@ -475,9 +478,15 @@ class NodeService:
         heights.append(0)
         return [best[h] for h in heights]
 
-    def milestone_headers_after(self, locator: list[bytes], limit: int = 2000) -> list[bytes]:
+    def milestone_headers_after(
+        self, locator: list[bytes], limit: int = 2000, key: str | None = None
+    ) -> list[bytes]:
         """P7 responder: headers of best-chain milestones after the first locator entry we
-        have on our best chain (genesis if none), ascending, at most ``limit``."""
+        have on our best chain (genesis if none), ascending, at most ``limit``.
+
+        ``key``: the asking peer; a non-empty answer holds pruning below what it lists
+        (:attr:`serve_holds`, decision 40).
+        """
         state = self.chain.state
         fork = 0
         for entry in locator:
@@ -492,13 +501,20 @@ class NodeService:
             # the peer's round with no score (P9, "an unbacked claim"); it syncs elsewhere.
             return []
         ids = state.best[fork + 1 : fork + 1 + max(0, limit)]
+        if ids and key is not None:
+            self.serve_holds.listed(key, fork + 1, int(self.clock()))
         return [state.blocks[b].header_bytes for b in ids]
 
-    def level_set_ids(self, ms_id: bytes) -> list[BlockId] | None:
+    def level_set_ids(self, ms_id: bytes, key: str | None = None) -> list[BlockId] | None:
         """P9 responder: the level set of a milestone in L2 order (milestone last), or None
-        (also once its bodies are pruned: ``notfound``, never ids we cannot serve)."""
+        (also once its bodies are pruned: ``notfound``, never ids we cannot serve).
+
+        ``key``: the asking peer, whose pruning hold moves up (decision 40).
+        """
         state = self.chain.state
         height = state.best_height_of.get(BlockId(bytes(ms_id)))
+        if height is not None and key is not None:
+            self.serve_holds.fetching(key, height, int(self.clock()))
         if height is not None and 0 < height < state.pruned_below():
             return None
         delta = self.chain.level_set(ms_id)

@@ -9,15 +9,20 @@ from p2p import wire
 from p2p.service import NodeService
 
 
-def serve_milestones(service: NodeService, msg: wire.GetMilestones) -> wire.Milestones:
-    """Our answer to a peer's ``getmilestones`` (P7, P8): headers after the locator's fork."""
-    headers = service.milestone_headers_after(list(msg.locator), wire.MAX_HEADERS)
+def serve_milestones(
+    service: NodeService, msg: wire.GetMilestones, key: str | None = None
+) -> wire.Milestones:
+    """Our answer to peer ``key``'s ``getmilestones`` (P7, P8): headers after the locator's
+    fork (what we list is held from pruning: decision 40)."""
+    headers = service.milestone_headers_after(list(msg.locator), wire.MAX_HEADERS, key)
     return wire.Milestones(tuple(headers))
 
 
-def serve_levelset(service: NodeService, msg: wire.GetLevelSet) -> wire.LevelSet | wire.NotFound:
-    """Our answer to a peer's ``getlevelset`` (P9): one page of ids, or ``notfound``."""
-    ids = service.level_set_ids(msg.ms)
+def serve_levelset(
+    service: NodeService, msg: wire.GetLevelSet, key: str | None = None
+) -> wire.LevelSet | wire.NotFound:
+    """Our answer to peer ``key``'s ``getlevelset`` (P9): one page of ids, or ``notfound``."""
+    ids = service.level_set_ids(msg.ms, key)
     if ids is None:
         return wire.NotFound(((int(wire.InvKind.LEVEL_SET), msg.ms),))
     page = tuple(ids[msg.offset : msg.offset + wire.MAX_IDS])

@@ -222,6 +222,12 @@ class PeerManager:
         else:
             peer.call_when_sent(callback)
 
+    def close_key(self, key: str, code: int = 1001) -> None:
+        """Close peer ``key`` without a score (1001, going away: decision 40's slow syncer)."""
+        peer = self.peers.get(key)
+        if peer is not None:
+            peer.close_soon(code)
+
     def penalise_key(self, key: str, points: int, reason: str) -> None:
         """:meth:`_penalise` by key (:class:`p2p.exchange.Links`)."""
         peer = self.peers.get(key)

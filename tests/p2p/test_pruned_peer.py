@@ -13,6 +13,7 @@ from dagchain.pruning import Pruner
 from dagchain.storage.memory import MemoryStore
 from p2p import wire
 from p2p.exchange import Exchange, NoVerifier
+from p2p.serveholds import prune_step
 from p2p.service import NodeService
 from p2p.sync import MAX_LEVEL_SETS_IN_FLIGHT
 from tests.dagchain.test_properties import PARAMS, build_dag
@@ -40,13 +41,13 @@ def _hello(chain: Chain) -> wire.Hello:
 class Pair:
     """Node A (pruned) and node B, each an Exchange on its own chain, wired by message lists."""
 
-    def __init__(self, b_blocks: int) -> None:
+    def __init__(self, b_blocks: int, depth: int = PARAMS.punctuality) -> None:
         dag = build_dag(seed=3, size=500, n_miners=4)
         self.blocks = dag.blocks
         self.a = Chain(PARAMS, MemoryStore())
         for block in dag.blocks:
             self.a.on_block(block.raw, NOW)
-        self.pruner = Pruner(self.a, PARAMS.punctuality)
+        self.pruner = Pruner(self.a, depth)
         self.pruner.run()
         self.b = Chain(PARAMS, MemoryStore())
         for block in dag.blocks[:b_blocks]:
@@ -63,9 +64,9 @@ class Pair:
         service.subscribe(lambda e: None)
         return Exchange(service, links, lambda: True, random.Random(1), NoVerifier())
 
-    def pump(self) -> None:
-        """Deliver messages both ways until both sides are quiet."""
-        for _ in range(10_000):
+    def pump(self, rounds: int = 10_000) -> None:
+        """Deliver messages both ways until both sides are quiet (or ``rounds`` exchanges)."""
+        for _ in range(rounds):
             to_b, to_a = self.links_a.sent, self.links_b.sent
             if not to_b and not to_a:
                 return
@@ -78,7 +79,8 @@ class Pair:
                 for written in links.unwritten:
                     written()
                 links.unwritten.clear()
-        raise AssertionError("the exchange did not settle")
+        if rounds == 10_000:
+            raise AssertionError("the exchange did not settle")
 
 
 def test_a_node_below_the_pruned_bodies_gets_no_headers_and_scores_nobody() -> None:
@@ -116,3 +118,55 @@ def test_a_pruned_body_is_answered_notfound_and_costs_its_asker_nothing() -> Non
     pair.ex_a.receive("b", wire.GetLevelSet(old, 0), NOW)
     assert pair.links_a.sent[-1][1] == wire.NotFound(((int(wire.InvKind.LEVEL_SET), old),))
     assert pair.links_a.penalties == []
+
+
+def _syncing_pair(depth: int) -> Pair:
+    """A pruned at ``depth``; B holds the prefix 8 level sets above A's bodies (the lowest
+    point A serves) and has just started syncing the rest from A: a few level sets in flight."""
+    below = Pair(b_blocks=0, depth=depth).pruner.next_height
+    at = below + MAX_LEVEL_SETS_IN_FLIGHT
+    pair = Pair(b_blocks=0, depth=depth)
+    cut = max(i for i, blk in enumerate(pair.blocks) if pair.a.ls_height(blk.id) == at)
+    pair = Pair(b_blocks=cut + 1, depth=depth)
+    pair.pump(rounds=3)  # getmilestones, milestones, the first getlevelsets
+    assert 0 < pair.b.best_height < pair.a.best_height
+    return pair
+
+
+def test_pruning_keeps_the_level_sets_a_syncing_peer_was_listed() -> None:
+    """Decision 40, regression: A's head moved on (here: a smaller prune depth) while B fetched
+    the level sets A listed to it; A prunes only below them, and B finishes with no score."""
+    pair = _syncing_pair(depth=40)
+    listed_from = pair.b.best_height + 1
+    shallow = Pruner(pair.a, PARAMS.punctuality)
+    assert shallow.target() > listed_from  # the depth alone would prune what B is fetching
+    while prune_step(shallow, pair.ex_a.service.serve_holds, NOW, 64)[0]:
+        pass
+    assert shallow.next_height <= listed_from
+    pair.pump()
+    assert pair.links_b.penalties == []
+    assert (pair.b.best_id, pair.b.best_height) == (pair.a.best_id, pair.a.best_height)
+    # B is synced; once it goes, its hold goes and pruning moves on to the depth's point
+    pair.ex_a.peer_gone("b", NOW)
+    while prune_step(shallow, pair.ex_a.service.serve_holds, NOW, 64)[0]:
+        pass
+    assert shallow.next_height == shallow.target() + 1
+
+
+def test_a_peer_too_far_behind_pruning_is_closed_before_its_level_sets_go() -> None:
+    """A hold keeps at most ``depth`` more milestones: B, further behind, is named to be closed
+    (not scored), and only the step after that prunes what it was listed."""
+    pair = _syncing_pair(depth=60)
+    listed_from = pair.b.best_height + 1
+    shallow = Pruner(pair.a, PARAMS.punctuality)
+    holds = pair.ex_a.service.serve_holds
+    assert listed_from <= shallow.target() - shallow.depth
+    pruned, lagging = prune_step(shallow, holds, NOW, 10_000)
+    assert lagging == ["b"]
+    assert shallow.next_height <= listed_from  # this step kept B's level sets
+    pair.ex_a.peer_gone("b", NOW)  # the daemon closes it (1001): no more of its requests
+    pair.ex_b.peer_gone("a", NOW)
+    while prune_step(shallow, holds, NOW, 64)[0]:
+        pass
+    assert shallow.next_height == shallow.target() + 1
+    assert pair.links_b.penalties == [] and pair.links_a.penalties == []
