@@ -161,7 +161,7 @@ def test_a_peer_too_far_behind_pruning_is_closed_before_its_level_sets_go() -> N
     shallow = Pruner(pair.a, PARAMS.punctuality)
     holds = pair.ex_a.service.serve_holds
     assert listed_from <= shallow.target() - shallow.depth
-    pruned, lagging = prune_step(shallow, holds, NOW, 10_000)
+    _, lagging = prune_step(shallow, holds, NOW, 10_000)
     assert lagging == ["b"]
     assert shallow.next_height <= listed_from  # this step kept B's level sets
     pair.ex_a.peer_gone("b", NOW)  # the daemon closes it (1001): no more of its requests
@@ -169,4 +169,5 @@ def test_a_peer_too_far_behind_pruning_is_closed_before_its_level_sets_go() -> N
     while prune_step(shallow, holds, NOW, 64)[0]:
         pass
     assert shallow.next_height == shallow.target() + 1
-    assert pair.links_b.penalties == [] and pair.links_a.penalties == []
+    assert pair.links_b.penalties == []
+    assert pair.links_a.penalties == []
