@@ -8,6 +8,8 @@ until it has been reopened once (issue 26).
 import logging
 import os
 import re
+import threading
+import time
 from pathlib import Path
 
 import plyvel
@@ -219,3 +221,80 @@ def test_a_synced_batch_in_a_new_log_file_is_durable_when_the_store_returns(
         assert [store.get(key(i)) is not None for i in range(written)] == [True] * written
     finally:
         store.close()
+
+
+COMPACT_KEYS = 25_000
+DELETED_EVERY = 7
+COMPACTION_TRIES = 6
+
+
+def _value(i: int, round_: int) -> bytes:
+    return b"%05d-%d-" % (i, round_) + bytes([round_]) * 300
+
+
+def _cut_inside_a_compaction(
+    db: plyvel.DB, path: Path, disk: PowerLossDisk, mode: CutMode, seed: int
+) -> int:
+    """Rounds of overwrites (every 7th key deleted), each ended by a synced write, then a manual
+    compaction: the power goes off once its first new table file is there and it still runs
+    (a round whose compaction ended first is followed by another). The last round written."""
+    for round_ in range(2, 2 + COMPACTION_TRIES):
+        for i in range(COMPACT_KEYS):
+            if i % DELETED_EVERY == 0:
+                db.delete(key(i))
+            else:
+                db.put(key(i), _value(i, round_))
+        db.put(b"last", b"%d" % round_, sync=True)  # every earlier write of the log is durable
+        tables = {p.name for p in path.glob("*.ldb")}
+        compaction = threading.Thread(target=db.compact_range, daemon=True)
+        compaction.start()
+        deadline = time.monotonic() + 30
+        new: set[str] = set()
+        while not new and compaction.is_alive() and time.monotonic() < deadline:
+            new = {p.name for p in path.glob("*.ldb")} - tables
+        if new and compaction.is_alive():
+            disk.freeze(mode, seed)
+            compaction.join(timeout=30)
+            return round_
+        compaction.join(timeout=30)
+    raise AssertionError(f"no cut landed inside a compaction in {COMPACTION_TRIES} tries")
+
+
+@pytest.mark.parametrize(("mode", "seed"), [("all", 0), ("subset", 1), ("torn", 2)])
+def test_a_power_cut_inside_a_compaction_keeps_the_newest_synced_value_of_every_key(
+    disk: PowerLossDisk, mode: CutMode, seed: int
+) -> None:
+    """Issue 26: a cut aimed inside a compaction. A first round of keys is compacted into
+    level-1 tables; a second round overwrites them and deletes every 7th, ending with a synced
+    write; a manual compaction merges the two into new tables, and the power goes off once the
+    first new table file is there, before the compaction has finished. After the restart every
+    key reads its last-round value and the deleted ones stay deleted: a compaction cut short
+    neither loses a synced write nor brings an old value or a deleted key back (LevelDB writes
+    and fsyncs the new tables and its MANIFEST before it deletes an input).
+    """
+    path = disk.path / "db"
+    for _ in range(2):  # an older database (see test_new_database_is_not_durable...)
+        plyvel.DB(str(path), create_if_missing=True).close()
+    db = plyvel.DB(str(path), write_buffer_size=256 * 1024, paranoid_checks=True)
+    try:
+        for i in range(COMPACT_KEYS):
+            db.put(key(i), _value(i, 1))
+        db.compact_range()  # round 1 in level-1 tables
+        last = _cut_inside_a_compaction(db, path, disk, mode, seed)
+    finally:
+        db.close()
+    disk.boot()
+    db = plyvel.DB(str(path), paranoid_checks=True)
+    try:
+        assert db.get(b"last") == b"%d" % last
+        wrong = [
+            i
+            for i in range(COMPACT_KEYS)
+            if db.get(key(i)) != (None if i % DELETED_EVERY == 0 else _value(i, last))
+        ]
+        assert wrong == []
+        assert sum(1 for _ in db.iterator(include_value=False)) == 1 + COMPACT_KEYS - len(
+            range(0, COMPACT_KEYS, DELETED_EVERY)
+        )
+    finally:
+        db.close()
