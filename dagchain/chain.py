@@ -9,7 +9,7 @@ nothing; a block with unknown links is held as an orphan ("not yet valid", never
 
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -911,10 +911,14 @@ class Chain:
         return self._reselect_best()
 
     # ------------------------------------------------------------------ mempool admission (§7.5)
-    def check_transaction(self, tx: Transaction) -> int:
+    def check_transaction(
+        self, tx: Transaction, before_signatures: Callable[[int], None] | None = None
+    ) -> int:
         """Policy checks of a relayed tx against the best chain; returns its fee.
 
         Order, cheapest first: T1-T5 and T7; inputs unspent in the best chain; V7; V8; T6.
+        ``before_signatures(fee)`` runs before T6 when the signatures are still to be checked
+        (the mempool's room, decision 41); what it raises ends the check, and nothing is cached.
 
         Raises:
             InvalidTransaction: rule ``T1``..``T7`` (REJECT), ``V6`` (spent or missing input:
@@ -922,7 +926,7 @@ class Chain:
         """
         shared = self._shared
         if shared is None:
-            return self._check_transaction(tx)
+            return self._check_transaction(tx, before_signatures)
         best = self.state.best[-1]  # the verdict is a pure function of the tx and L(best)
         found = shared.tx_verdict(tx.txid, best)
         if found is not None:
@@ -930,14 +934,16 @@ class Chain:
                 return found
             raise InvalidTransaction(found[0], found[1], tx.txid)
         try:
-            fee = self._check_transaction(tx)
+            fee = self._check_transaction(tx, before_signatures)
         except InvalidTransaction as exc:
             shared.add_tx_verdict(tx.txid, best, (exc.rule, exc.message))
             raise
         shared.add_tx_verdict(tx.txid, best, fee)
         return fee
 
-    def _check_transaction(self, tx: Transaction) -> int:
+    def _check_transaction(
+        self, tx: Transaction, before_signatures: Callable[[int], None] | None = None
+    ) -> int:
         p = self.params
         if tx.txid not in self._sig_ok:  # a cached txid passed T1-T6 already
             check_tx_stateless(tx, p)
@@ -961,6 +967,8 @@ class Chain:
         if fee < 0:
             raise InvalidTransaction("V8", "outputs exceed inputs", tx.txid)
         if tx.txid not in self._sig_ok:
+            if before_signatures is not None:
+                before_signatures(fee)
             self.signature_checks += 1
             if not verify_tx_signatures(tx, p):
                 raise InvalidTransaction("T6", "invalid signature", tx.txid)

@@ -228,6 +228,21 @@ class Mempool:
         self._next_seq += 1
         return victims
 
+    def check_room(self, tx: Transaction, fee: int) -> None:
+        """Would :meth:`add` find room for ``tx`` at ``fee``? Nothing changes either way.
+
+        The admission path asks before the signature check (docs/protocol.md decision 41): a
+        full pool refuses a tx without the costliest check, as Bitcoin Core's mempool checks
+        its minimum fee rate before scripts.
+
+        Raises:
+            MempoolFull: as :meth:`add` would (too big, not above the eviction floor, or it
+                would have to evict a tx of an equal or higher rate).
+        """
+        if fee >= 0:
+            size = len(tx.raw)
+            self._victims_for(tx.txid, size, self._rate_key(fee, size))
+
     def _rate_key(self, fee: int, size: int) -> int:
         # Exact for size <= max_bytes (module docstring); larger txs are refused before use.
         return fee * self._rate_scale // max(1, size)

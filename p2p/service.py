@@ -392,7 +392,8 @@ class NodeService:
             raise MempoolConflict(
                 f"an input is already spent by mempool tx {spender.hex()}", tx.txid, spender
             )
-        fee = self.chain.check_transaction(tx)
+        # a full pool refuses before the signature check, the costliest (decision 41)
+        fee = self.chain.check_transaction(tx, lambda fee: pool.check_room(tx, fee))
         pool.add(tx, fee, self.clock())
         return tx
 

@@ -930,7 +930,13 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--rate", type=float, required=True, help="offered txs per second")
     load.add_argument("--duration", type=float, required=True, help="seconds of sending")
     load.add_argument("--accounts", type=int, default=16)
-    load.add_argument("--max-in-flight", type=int, default=64, help="concurrent POST /v1/txs")
+    load.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=64,
+        help="concurrent POST /v1/txs; with --batch B, about this many txs: "
+        "max(2, ceil(N / B)) batch requests",
+    )
     load.add_argument(
         "--batch",
         type=int,

@@ -5,7 +5,7 @@ import pytest
 from dagchain.blocks import Block
 from dagchain.chain import BlockStatus
 from dagchain.errors import InvalidTransaction, MalformedBlock
-from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate
+from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolFull
 from dagchain.params import DEVNET
 from dagchain.types import BlockId
 from p2p.service import NodeEvent, NodeService
@@ -258,3 +258,33 @@ def test_a_child_whose_parent_a_reorg_undid_waits_and_returns_once_the_parent_co
     assert h.node.chain.get_utxo(to_bob.txid, 0) is not None
     assert bob_on.txid in h.service.mempool
     assert bob_on.txid not in h.service.waiting
+
+
+def test_a_full_pool_refuses_before_the_signature_check(h: Harness) -> None:
+    """Decision 41: a tx the full pool cannot take is refused (503 ``mempool-full`` at the API)
+    before its signatures are verified, the costliest check; once there is room it is admitted
+    and verified as before."""
+    warm = [h.mine(h.node.genesis, register=ALICE, ms=True)]
+    for _ in range(DEVNET.sortition_warmup - 1):
+        warm.append(h.mine(warm[-1].id, ms=True))
+    split = transfer(
+        [(h.node.genesis, 0)],
+        [(1_000, BOB), (1_000, BOB)],
+        DEVNET,
+        assigned_to=[warm[-1].id],
+    )
+    h.service.submit_tx(split.raw)
+    h.mine(warm[-1].id, txs=[split], ms=True)
+    h.service.mempool = Mempool(DEVNET, max_txs=1)
+    first = transfer([(split.txid, 0)], [(995, CAROL)], DEVNET, BOB_SECRET)
+    second = transfer([(split.txid, 1)], [(995, CAROL)], DEVNET, BOB_SECRET)
+    h.service.submit_tx(first.raw)
+    checks = h.node.chain.signature_checks
+    with pytest.raises(MempoolFull):
+        h.service.submit_tx(second.raw)
+    assert h.node.chain.signature_checks == checks  # not verified
+    assert h.service.rejected["tx:full"] == 1
+    h.service.mempool.remove(first.txid)
+    h.service.submit_tx(second.raw)
+    assert h.node.chain.signature_checks == checks + 1
+    assert second.txid in h.service.mempool
