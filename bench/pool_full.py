@@ -38,7 +38,7 @@ def main() -> None:
     for _ in range(DEVNET.sortition_warmup - 1):
         warm.append(node.build(warm[-1].id, ms=True))
         service.submit_block(warm[-1].raw)
-    coin = (node.genesis, 0)
+    coin: tuple[bytes, int] = (node.genesis, 0)
     found = node.chain.get_utxo(*coin)
     assert found is not None
     left, faucet = found.amount, found.address
