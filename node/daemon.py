@@ -33,7 +33,14 @@ from p2p import wire
 from p2p.serveholds import prune_step
 from p2p.service import NodeEvent, NodeService
 
-__all__ = ["CLOCK_OFFSET_ENV", "StartupError", "node_clock", "run_node", "wall_clock_ms"]
+__all__ = [
+    "CLOCK_OFFSET_ENV",
+    "StartupError",
+    "node_clock",
+    "prune_once",
+    "run_node",
+    "wall_clock_ms",
+]
 
 log = logging.getLogger("dagchain.node")
 MAINTENANCE_INTERVAL_S = 5.0
@@ -148,6 +155,21 @@ async def _maintenance(service: NodeService, stop: asyncio.Event) -> None:
                 log.info("expired %d mempool txs, %d orphans", txs, orphans)
 
 
+def prune_once(
+    pruner: Pruner, service: NodeService, close_peer: Callable[[str], None] | None
+) -> int:
+    """One pruning step below every syncing peer's hold; a peer too far behind is closed
+    (decision 40). Returns the level sets pruned."""
+    done, lagging = prune_step(pruner, service.serve_holds, int(service.clock()), PRUNE_STEP_BLOCKS)
+    for key in lagging:
+        log.info(
+            "closing peer %s: its sync from us fell %d milestones behind pruning", key, pruner.depth
+        )
+        if close_peer is not None:
+            close_peer(key)
+    return done
+
+
 async def _prune(
     pruner: Pruner,
     stop: asyncio.Event,
@@ -156,24 +178,9 @@ async def _prune(
 ) -> None:
     """Delete old bodies in bounded steps (one synced batch each), yielding between steps;
     never a level set listed to a peer still fetching it (decision 40)."""
-
-    def step() -> int:
-        done, lagging = prune_step(
-            pruner, service.serve_holds, int(service.clock()), PRUNE_STEP_BLOCKS
-        )
-        for key in lagging:
-            log.info(
-                "closing peer %s: its sync from us fell %d milestones behind pruning",
-                key,
-                pruner.depth,
-            )
-            if close_peer is not None:
-                close_peer(key)
-        return done
-
     while not stop.is_set():
         steps = 0
-        while not stop.is_set() and step():
+        while not stop.is_set() and prune_once(pruner, service, close_peer):
             steps += 1
             await asyncio.sleep(0)  # let peers and the API in between two batches
         if steps:

@@ -5,12 +5,16 @@ Two real exchanges on real chains talk through lists: the pruned node A and a no
 syncs from it (P7-P9) or asks it for blocks (``getdata``).
 """
 
+import logging
 import random
+
+import pytest
 
 from dagchain.chain import Chain
 from dagchain.mempool import Mempool
 from dagchain.pruning import Pruner
 from dagchain.storage.memory import MemoryStore
+from node.daemon import prune_once
 from p2p import wire
 from p2p.exchange import Exchange, NoVerifier
 from p2p.serveholds import prune_step
@@ -171,3 +175,23 @@ def test_a_peer_too_far_behind_pruning_is_closed_before_its_level_sets_go() -> N
     assert shallow.next_height == shallow.target() + 1
     assert pair.links_b.penalties == []
     assert pair.links_a.penalties == []
+
+
+def test_the_daemon_closes_a_peer_too_far_behind_pruning_and_logs_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The daemon's pruning step (node/daemon.py ``prune_once``) closes the lagging peer with
+    one log line, before the step that prunes its level sets."""
+    pair = _syncing_pair(depth=60)
+    listed_from = pair.b.best_height + 1
+    shallow = Pruner(pair.a, PARAMS.punctuality)
+    closed: list[str] = []
+    with caplog.at_level(logging.INFO, logger="dagchain.node"):
+        prune_once(shallow, pair.ex_a.service, closed.append)
+    assert closed == ["b"]
+    assert shallow.next_height <= listed_from
+    assert any("closing peer b: its sync from us fell" in r.getMessage() for r in caplog.records)
+    while prune_once(shallow, pair.ex_a.service, closed.append):
+        pass
+    assert closed == ["b"]
+    assert shallow.next_height == shallow.target() + 1
