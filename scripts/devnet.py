@@ -6,6 +6,8 @@ together in the explorer), and a transaction load against node1 once the nodes a
 the explorer URL, then a live summary (a refreshing table on a terminal, plain lines otherwise).
 Ctrl-C (SIGINT) or SIGTERM stops everything: SIGTERM to every child's process group, at most
 10 s of grace, then SIGKILL, so no process is left behind and the nodes close their databases.
+A node or miner killed by a signal (``kill -9`` to try crash recovery) is started again on its
+data directory, at most 3 times each; one that exits with an error stops the devnet.
 
 The transaction load is ``dagchain-wallet --devnet-faucet load`` when the wallet is installed;
 otherwise a built-in faucet load (below) signs transfers of the documented devnet faucet key
@@ -50,6 +52,8 @@ NODES = 3
 BASE_PORT = DEVNET.p2p_port  # node i: p2p BASE_PORT + 10 i, API BASE_PORT + 10 i + 1
 STOP_GRACE_S = 10.0
 STARTUP_TIMEOUT_S = 30.0
+MAX_RESTARTS = 3
+"""A node or miner killed by a signal is started again at most this many times."""
 MARKER = ".dagchain-devnet"  # a datadir holding this file was made here and may be wiped
 MINER_SECRET_BASE = 2  # miner i is paid to the key of secret 2 + i (public, devnet only)
 RECIPIENTS = [address_from_pubkey(xonly_pubkey((100 + i).to_bytes(32, "big"))) for i in range(8)]
@@ -421,6 +425,8 @@ class Devnet:
         self.wallet_load: Child | None = None
         self.faucet_load: FaucetLoad | None = None
         self.samples: list[Sample] = []
+        self.restarts: Counter[str] = Counter()
+        """Children started again after a signal killed them (at most ``MAX_RESTARTS`` each)."""
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -567,6 +573,20 @@ class Devnet:
                 self.wallet_load = None
                 child.close_log()
                 self.start_faucet_load(self.nodes[1 % len(self.nodes)])
+                continue
+            code = child.popen.returncode if child.popen is not None else None
+            if code is not None and code < 0 and self.restarts[child.name] < MAX_RESTARTS:
+                # killed by a signal (a user's kill -9, the OOM killer): start it again on its
+                # data directory, as an operator's supervisor would; an exit with an error
+                # status is a failure and stops the devnet with its log
+                self.restarts[child.name] += 1
+                child.close_log()
+                child.start()
+                log(
+                    f"started {child.name} pid {child.pid} again: it was stopped by "
+                    f"{signal.Signals(-code).name} (restart {self.restarts[child.name]} of at "
+                    f"most {MAX_RESTARTS})"
+                )
                 continue
             raise ChildFailed(child)
 

@@ -1,7 +1,7 @@
 """``make run`` smoke test: scripts/devnet.py (what the target runs, without the reinstall).
 
 Started in the background, the explorer URL must answer and blocks must advance within 60 s;
-an interrupt (SIGINT, as Ctrl-C) must stop every child: nodes exit 0 (databases closed) and no
+a node killed with SIGKILL must be started again on its data directory and mine on; an interrupt (SIGINT, as Ctrl-C) must stop every child: nodes exit 0 (databases closed) and no
 process of any child's process group is left.
 """
 
@@ -28,6 +28,8 @@ pytestmark = pytest.mark.integration
 
 STARTED_RE = re.compile(r"^devnet: started (\S+) pid (\d+)")
 EXPLORER_RE = re.compile(r"^devnet: explorer: (http://\S+/)")
+RESTARTED_RE = re.compile(r"^devnet: started node1 pid (\d+) again: it was stopped by (\S+)")
+NODE1_API_RE = re.compile(r"^devnet: started node1 pid \d+ api (http://\S+) ")
 
 
 class Output:
@@ -118,6 +120,14 @@ def _blocks(url: str) -> int:
         return int(json.loads(resp.read())["blocks"])
 
 
+def _answers(url: str) -> bool:
+    try:
+        _blocks(url)
+    except OSError:
+        return False
+    return True
+
+
 def test_devnet_serves_the_explorer_mines_and_stops_cleanly_on_sigint(
     devnet: tuple[subprocess.Popen[str], Output],
 ) -> None:
@@ -143,6 +153,20 @@ def test_devnet_serves_the_explorer_mines_and_stops_cleanly_on_sigint(
     log.info("Blocks must advance within 60 s")
     first = _blocks(url)
     wait_until(lambda: _blocks(url) >= first + 10, 60, "10 more blocks on node0")
+
+    log.info("SIGKILL node1: the devnet starts it again on its data directory; it mines on")
+    os.kill(started["node1"], signal.SIGKILL)
+    wait_until(lambda: output.find(RESTARTED_RE), 30, "node1 started again")
+    restarted = output.find(RESTARTED_RE)[0]
+    assert restarted.group(2) == "SIGKILL", output.text()
+    node1_url = output.find(NODE1_API_RE)[0].group(1) + "/"
+    node1_blocks = _blocks(url)
+    wait_until(
+        lambda: _answers(node1_url) and _blocks(node1_url) >= node1_blocks + 5,
+        90,
+        "node1 back and 5 more blocks there",
+    )
+    started["node1 again"] = int(restarted.group(1))
 
     log.info("SIGINT (Ctrl-C): every child stops, nodes exit 0, nothing is left behind")
     process.send_signal(signal.SIGINT)
