@@ -1,7 +1,8 @@
 """``make run`` smoke test: scripts/devnet.py (what the target runs, without the reinstall).
 
 Started in the background, the explorer URL must answer and blocks must advance within 60 s;
-a node killed with SIGKILL must be started again on its data directory and mine on; an interrupt (SIGINT, as Ctrl-C) must stop every child: nodes exit 0 (databases closed) and no
+a node killed with SIGKILL must be started again on its data directory and mine on; an
+interrupt (SIGINT, as Ctrl-C) must stop every child: nodes exit 0 (databases closed) and no
 process of any child's process group is left.
 """
 
