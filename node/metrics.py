@@ -146,7 +146,9 @@ class NodeMetrics:
             self.milestones.inc()
             valid = int(event.data.get("valid_txs", 0))
             self.confirmed_txs.inc(valid)
-            self._confirmed.append((self._clock(), valid))
+            now = self._clock()
+            self._confirmed.append((now, valid))
+            self._trim(now)  # bounded even when nobody reads /metrics
         elif event.kind == "reorg":
             self.reorgs.inc()
         elif event.kind == "tx":
@@ -154,10 +156,13 @@ class NodeMetrics:
 
     def tps(self) -> float:
         """VALID txs confirmed per second over the last 60 s."""
-        now = self._clock()
+        self._trim(self._clock())
+        return sum(n for _, n in self._confirmed) / TPS_WINDOW_S
+
+    def _trim(self, now: float) -> None:
+        """Forget the milestones older than the TPS window."""
         while self._confirmed and now - self._confirmed[0][0] > TPS_WINDOW_S:
             self._confirmed.popleft()
-        return sum(n for _, n in self._confirmed) / TPS_WINDOW_S
 
     def render(self) -> bytes:
         """The Prometheus text format."""
