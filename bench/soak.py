@@ -57,7 +57,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -84,6 +83,7 @@ from tests.functional.framework import (
     BlockFactory,
     FakePeer,
     NodeProcess,
+    free_port,
     spawn,
     wait_until,
 )
@@ -161,34 +161,6 @@ def expected_s(fault: Fault, config: SoakConfig) -> float:
     return own.get(fault.kind, 10.0) + 20.0
 
 
-# ------------------------------------------------------------------------------ ports
-
-_TAKEN: set[int] = set()
-LISTEN_PORTS = (20_000, 32_000)
-"""Where the soak's listening ports come from: below Linux's ephemeral range (32768-60999), so
-no outgoing connection of the run (a proxy's, a miner's, the load's) can take a port a node
-must bind again when it restarts, as a port the kernel once gave out (``free_port``) can be."""
-
-
-_PORT_RNG = random.Random()
-
-
-def soak_port() -> int:
-    """A port in ``LISTEN_PORTS`` that binds on 127.0.0.1 now and was not handed out before."""
-    for _ in range(1000):
-        port = _PORT_RNG.randrange(*LISTEN_PORTS)
-        if port in _TAKEN:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _TAKEN.add(port)
-        return port
-    raise RuntimeError(f"no free port in {LISTEN_PORTS}")
-
-
 # ------------------------------------------------------------------------------ the proxy
 
 
@@ -197,7 +169,7 @@ class LinkProxy:
 
     def __init__(self, name: str, target_port: int, loop: asyncio.AbstractEventLoop) -> None:
         self.name = name
-        self.port = soak_port()
+        self.port = free_port()
         self.target_port = target_port
         self.loop = loop
         self.forwarding = asyncio.Event()
@@ -341,10 +313,7 @@ class Soak:
         """5 nodes, each dialing every other node once, every link through a proxy."""
         n = self.config.nodes
         # ports a restart binds again: outside the ephemeral range
-        self.nodes = [
-            NodeProcess(i, self.root / f"node{i}" / "data", ports=(soak_port(), soak_port()))
-            for i in range(n)
-        ]
+        self.nodes = [NodeProcess(i, self.root / f"node{i}" / "data") for i in range(n)]
         for i in range(n):
             for j in range(i + 1, n):  # i dials j: one connection per pair
                 proxy = self.proxies.add(i, j, self.nodes[j].p2p_port)

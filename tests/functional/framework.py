@@ -20,6 +20,7 @@ import functools
 import hashlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -100,11 +101,32 @@ def wait_until(predicate: Callable[[], object], timeout: float = 30.0, what: str
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}{suffix}")
 
 
+LISTEN_PORTS = (20_000, 32_000)
+"""Where test listeners' ports come from: below Linux's ephemeral range (32768-60999). A port the
+kernel gave out for ``bind(0)`` sits in that range, and between our closing it and the node
+binding it, any outgoing connection on the machine (another node dialing a peer, a miner, the
+load) can be handed the same port as its source port: a CI run failed once on exactly that
+("address already in use" at a node's start)."""
+
+_TAKEN: set[int] = set()
+_PORT_RNG = random.Random()
+
+
 def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port in ``LISTEN_PORTS`` that binds on 127.0.0.1 now and this process did not hand out
+    before (so a restarted node can bind its ports again)."""
+    for _ in range(1000):
+        port = _PORT_RNG.randrange(*LISTEN_PORTS)
+        if port in _TAKEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _TAKEN.add(port)
+        return port
+    raise RuntimeError(f"no free port in {LISTEN_PORTS}")
 
 
 class NodeProcess:

@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from aiohttp.test_utils import TestServer
 from apiclient.models import BestMilestone, MempoolSummary, StatusResponse, Targets
 from dagchain.crypto import address_from_pubkey, encode_address, xonly_pubkey
 from miner.cli import main
+from tests.functional.framework import free_port
 
 MINER = [sys.executable, "-m", "miner.cli"]
 PAYOUT = encode_address("ddag", address_from_pubkey(xonly_pubkey((7).to_bytes(32, "big"))))
@@ -30,12 +30,6 @@ STATUS = StatusResponse(
     targets=Targets(block=0x2100FFFF, milestone=0x2100FFFF),
     p2p=False,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _fake_node() -> web.Application:
@@ -71,7 +65,7 @@ def _one_line_error(result: subprocess.CompletedProcess[str], words: str) -> Non
 
 
 async def test_unreachable_node_is_one_line_exit_2(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     result = await _run_miner("--node", url, "--address", PAYOUT, "--datadir", str(tmp_path))
     _one_line_error(result, "cannot reach the node")
 
