@@ -40,6 +40,9 @@ typedef struct {
     double *rate_back; /* min(upload[peer], download[v]) */
     double *phase;     /* NaN: not asked yet */
     double processing;
+    long long inv_size; /* the size inv_out/inv_back are for (-1: none yet) */
+    double *inv_out;    /* the inv delay v -> peer over each edge (LinkModel.inv_delays) */
+    double *inv_back;   /* ... and peer -> v */
     PyObject *phase_of;
     PyObject **node_obj; /* one int object per node (the neighbour lists' own where found) */
 } Model;
@@ -52,6 +55,9 @@ static void model_free_arrays(Model *m) {
     PyMem_Free(m->rate_out);
     PyMem_Free(m->rate_back);
     PyMem_Free(m->phase);
+    PyMem_Free(m->inv_out);
+    PyMem_Free(m->inv_back);
+    m->inv_out = m->inv_back = NULL;
     if (m->node_obj != NULL) {
         for (Py_ssize_t i = 0; i < m->n; i++) Py_XDECREF(m->node_obj[i]);
         PyMem_Free(m->node_obj);
@@ -115,6 +121,7 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
     }
     m->n = n;
     m->processing = processing;
+    m->inv_size = -1;
     Py_INCREF(phase_of);
     m->phase_of = phase_of;
     m->start = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
@@ -224,6 +231,29 @@ static PyTypeObject ModelType = {
 static inline double delay(double rate, double lat, double processing, long long size) {
     double transfer = rate == INFINITY ? 0.0 : (double)(size * 8) / rate;
     return transfer + lat + processing;
+}
+
+/* The inv delays of every edge for `size`-byte invs (the last size asked is kept). */
+static int inv_delays(Model *m, long long size) {
+    if (m->inv_size == size) return 0;
+    size_t cells = (size_t)m->start[m->n] + 1;
+    if (m->inv_out == NULL) {
+        m->inv_out = PyMem_Malloc(cells * sizeof(double));
+        m->inv_back = PyMem_Malloc(cells * sizeof(double));
+        if (m->inv_out == NULL || m->inv_back == NULL) {
+            PyMem_Free(m->inv_out);
+            PyMem_Free(m->inv_back);
+            m->inv_out = m->inv_back = NULL;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (Py_ssize_t e = 0; e < m->start[m->n]; e++) {
+        m->inv_out[e] = delay(m->rate_out[e], m->lat_out[e], m->processing, size);
+        m->inv_back[e] = delay(m->rate_back[e], m->lat_back[e], m->processing, size);
+    }
+    m->inv_size = size;
+    return 0;
 }
 
 /* LinkModel.next_tick_ms; -1 (with an exception set) if the phase could not be had. */
@@ -439,10 +469,20 @@ static PyTypeObject FramesType = {
 /* ----------------------------------------------------------------------------------- Spread */
 
 typedef struct {
+    uint64_t tkey; /* the time as an unsigned key in the same order (time_key) */
+    uint64_t ks;   /* kind << 60 | seq: the order of entries at equal times */
     double t;
-    int64_t seq;
-    int32_t kind, node, peer, edge; /* edge: announcer -> node (INV, TX), else -1 */
+    int32_t node, peer, edge; /* edge: announcer -> node (INV, TX), else -1 */
 } Entry;
+
+/* Doubles as unsigned keys in their order (-0.0 as 0.0, equal in Python): the entries' order
+ * (time, kind, seq) is then one 128-bit comparison, without a branch to mispredict. */
+static inline uint64_t time_key(double t) {
+    if (t == 0.0) t = 0.0;
+    uint64_t b;
+    memcpy(&b, &t, sizeof b);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000ULL);
+}
 
 typedef struct {
     PyObject_HEAD
@@ -549,9 +589,9 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
 }
 
 static inline int entry_less(const Entry *a, const Entry *b) {
-    if (a->t != b->t) return a->t < b->t;
-    if (a->kind != b->kind) return a->kind < b->kind;
-    return a->seq < b->seq;
+    unsigned __int128 x = (unsigned __int128)a->tkey << 64 | a->ks;
+    unsigned __int128 y = (unsigned __int128)b->tkey << 64 | b->ks;
+    return x < y;
 }
 
 static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, int32_t edge) {
@@ -565,7 +605,7 @@ static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, i
         s->heap = heap;
         s->hcap = cap;
     }
-    Entry e = {t, ++s->seq, kind, node, peer, edge};
+    Entry e = {time_key(t), (uint64_t)kind << 60 | (uint64_t)++s->seq, t, node, peer, edge};
     size_t i = s->hlen++;
     Entry *h = s->heap;
     while (i > 0) {
@@ -578,20 +618,31 @@ static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, i
     return 0;
 }
 
+/* The least entry out: the hole at the root goes down to a leaf along the lesser children,
+ * then the last entry goes up from there (fewer comparisons than a plain sift-down). */
 static Entry pop(Spread *s) {
     Entry *h = s->heap;
     Entry top = h[0];
     Entry last = h[--s->hlen];
     size_t n = s->hlen, i = 0;
+    if (n == 0) return top;
     for (;;) {
         size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && entry_less(&h[c + 1], &h[c])) c++;
-        if (!entry_less(&h[c], &last)) break;
+        if (c + 1 < n) {
+            c += entry_less(&h[c + 1], &h[c]);
+        } else if (c >= n) {
+            break;
+        }
         h[i] = h[c];
         i = c;
     }
-    if (n > 0) h[i] = last;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!entry_less(&last, &h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = last;
     return top;
 }
 
@@ -619,8 +670,8 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
     int32_t *fetching = s->source;
     ticks[node] = tick_ms;
     int32_t source = fetching[node] == NO_SOURCE ? -1 : fetching[node];
-    long long size = s->size_inv;
-    double processing = m->processing;
+    if (inv_delays(m, s->size_inv) < 0) return -1;
+    const double *outs = m->inv_out, *backs = m->inv_back;
     Frames *frames = s->frames;
     if (frames != NULL && fset_add(&frames->inv_keys, node, -1, tick_ms) < 0) return -1;
     long long invs = 0, new_frames = 0;
@@ -628,9 +679,7 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
         int32_t peer = m->peer[e];
         if (peer == source) continue;
         double told = ticks[peer];
-        if (!isnan(told) &&
-            told + delay(m->rate_back[e], m->lat_back[e], processing, size) < tick_ms)
-            continue; /* its own inv reached us first: known to have it */
+        if (!isnan(told) && told + backs[e] < tick_ms) continue; /* its own inv reached us first: known to have it */
         invs++;
         if (frames == NULL) {
             new_frames++;
@@ -640,7 +689,7 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
             new_frames += added;
         }
         if (fetching[peer] != NO_SOURCE) continue;
-        double at = tick_ms + delay(m->rate_out[e], m->lat_out[e], processing, size);
+        double at = tick_ms + outs[e];
         if (at < best[peer]) {
             best[peer] = at;
             if (push(s, at, K_INV, peer, node, (int32_t)e) < 0) return -1;
@@ -768,9 +817,10 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
     PyObject **objs = s->model->node_obj;
     while (s->hlen > 0) {
         Entry e = pop(s);
-        if (e.kind == K_ANNOUNCE) {
+        int kind = (int)(e.ks >> 60);
+        if (kind == K_ANNOUNCE) {
             if (do_announce(s, e.node, e.t) < 0) goto done;
-        } else if (e.kind == K_INV) {
+        } else if (kind == K_INV) {
             if (s->source[e.node] == NO_SOURCE && do_fetch(s, e.node, e.peer, e.edge, e.t) < 0)
                 goto done;
         } else if (isnan(s->arrival[e.node])) {
