@@ -63,6 +63,7 @@ def main() -> int:
             model.phase_ms(node)
         model.kernel()
         per_tx: dict[str, list[float]] = {"python": [], "c": []}
+        reference: list[tuple[object, ...]] = []
         for _ in range(opts.rounds):
             for kind in ("python", "c"):
                 results = []
