@@ -68,7 +68,20 @@ static void model_free_arrays(Model *m) {
     m->node_obj = NULL;
 }
 
+/* The model refers to phase_of, which may refer back to it (LinkModel.phase_ms, and the
+ * LinkModel keeps its model): the garbage collector must see the cycle. */
+static int model_traverse(Model *m, visitproc visit, void *arg) {
+    Py_VISIT(m->phase_of);
+    return 0;
+}
+
+static int model_clear(Model *m) {
+    Py_CLEAR(m->phase_of);
+    return 0;
+}
+
 static void model_dealloc(Model *m) {
+    PyObject_GC_UnTrack(m);
     model_free_arrays(m);
     Py_XDECREF(m->phase_of);
     Py_TYPE(m)->tp_free((PyObject *)m);
@@ -219,7 +232,9 @@ static PyGetSetDef model_getset[] = {
 static PyTypeObject ModelType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._flow.Model",
     .tp_basicsize = sizeof(Model),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)model_traverse,
+    .tp_clear = (inquiry)model_clear,
     .tp_doc = "A LinkModel's links, latencies, link rates and tick phases as flat arrays.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)model_init,
@@ -260,6 +275,10 @@ static int inv_delays(Model *m, long long size) {
 static int next_tick(Model *m, int32_t node, double after, double *out) {
     double phase = m->phase[node];
     if (isnan(phase)) {
+        if (m->phase_of == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "the model was cleared");
+            return -1;
+        }
         PyObject *r = PyObject_CallOneArg(m->phase_of, m->node_obj[node]);
         if (r == NULL) return -1;
         phase = PyFloat_AsDouble(r);
@@ -513,7 +532,20 @@ static void spread_free_labels(Spread *s) {
     s->hlen = s->hcap = 0;
 }
 
+static int spread_traverse(Spread *s, visitproc visit, void *arg) {
+    Py_VISIT(s->model);
+    Py_VISIT(s->frames);
+    Py_VISIT(s->sizes);
+    return 0;
+}
+
+static int spread_clear(Spread *s) {
+    Py_CLEAR(s->sizes);
+    return 0;
+}
+
 static void spread_dealloc(Spread *s) {
+    PyObject_GC_UnTrack(s);
     spread_free_labels(s);
     Py_XDECREF(s->model);
     Py_XDECREF(s->frames);
@@ -646,7 +678,16 @@ static Entry pop(Spread *s) {
     return top;
 }
 
+static int ready(Spread *s) {
+    if (s->model == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the Spread is not initialised");
+        return -1;
+    }
+    return 0;
+}
+
 static int check_node(Spread *s, long long node) {
+    if (ready(s) < 0) return -1;
     if (node < 0 || node >= s->model->n) {
         PyErr_Format(PyExc_IndexError, "node %lld is not in the model", node);
         return -1;
@@ -794,7 +835,8 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
     long long full;
     Gate g = {0};
     g.key = Py_None;
-    if (!PyArg_ParseTuple(args, "LiO|O", &full, &g.how, &g.arg, &g.key)) return NULL;
+    if (!PyArg_ParseTuple(args, "LiO|O", &full, &g.how, &g.arg, &g.key) || ready(s) < 0)
+        return NULL;
     PyObject *result = NULL;
     if (g.how == HOW_KNOWLEDGE) {
         g.holders = PyObject_GetAttrString(g.arg, "holders");
@@ -848,6 +890,7 @@ done:
 }
 
 static PyObject *labels_dict(Spread *s, const double *values, int absent_is_inf) {
+    if (ready(s) < 0) return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
     for (Py_ssize_t v = 0; v < s->model->n; v++) {
@@ -869,6 +912,7 @@ static PyObject *spread_tick(Spread *s, void *c) { return labels_dict(s, s->tick
 static PyObject *spread_best(Spread *s, void *c) { return labels_dict(s, s->best, 1); }
 
 static PyObject *spread_source(Spread *s, void *c) {
+    if (ready(s) < 0) return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
     for (Py_ssize_t v = 0; v < s->model->n; v++) {
@@ -885,6 +929,7 @@ static PyObject *spread_source(Spread *s, void *c) {
 }
 
 static PyObject *spread_sizes(Spread *s, void *c) {
+    if (s->sizes == NULL) Py_RETURN_NONE;
     Py_INCREF(s->sizes);
     return s->sizes;
 }
@@ -892,6 +937,7 @@ static PyObject *spread_sizes(Spread *s, void *c) {
 static PyObject *spread_pending(Spread *s, void *c) { return PyLong_FromSize_t(s->hlen); }
 
 static PyObject *spread_labels_bytes(Spread *s, void *c) {
+    if (ready(s) < 0) return NULL;
     size_t n = (size_t)s->model->n + 1;
     return PyLong_FromSize_t(n * (sizeof(int32_t) + 3 * sizeof(double)) +
                              s->hcap * sizeof(Entry));
@@ -933,7 +979,9 @@ static PyMethodDef spread_methods[] = {
 static PyTypeObject SpreadType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._flow.Spread",
     .tp_basicsize = sizeof(Spread),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)spread_traverse,
+    .tp_clear = (inquiry)spread_clear,
     .tp_doc = "One tx's search (txflow.Spread) with dense per-node labels.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)spread_init,

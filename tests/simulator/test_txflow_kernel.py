@@ -8,12 +8,14 @@ frame counts, frames remembered, and the same knowledge at relay-only nodes. The
 simulation with ``network.tx_relay = "flow"`` gives the same metrics and events either way.
 """
 
+import gc
 import json
 import math
 import os
 import random
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -313,3 +315,27 @@ def test_a_flow_simulation_is_identical_with_the_kernel(monkeypatch: pytest.Monk
         )
     assert runs[0] == runs[1] == runs[2] == runs[3]
     assert runs[0][1] > 0
+
+
+def test_the_kernel_objects_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's model refers to its LinkModel's ``phase_ms`` and the LinkModel to it, an
+    unfinished spread to the model: cycles the garbage collector must free (a whole simulation
+    hangs off the phase function)."""
+    monkeypatch.setattr(txflow, "FLOW_KERNEL", "c")
+    sim = _scenario("flow", seed=3)
+    sim.run()
+    assert sim.txflow is not None
+    ref = weakref.ref(sim.txflow.model)
+    del sim
+    gc.collect()
+    assert ref() is None
+
+    model = _graph(60, 5)
+    spread = KSpread(model.kernel(), Sizes(61, 61, 250))
+    spread.accept(0, 0.0)
+    assert spread.advance(60, 1, None) is not None  # waits at the first node it reaches
+    model.keep = spread  # type: ignore[attr-defined]
+    ref = weakref.ref(model)
+    del model, spread
+    gc.collect()
+    assert ref() is None
