@@ -357,8 +357,9 @@ def earliest_arrivals(
 
     ``kernel``: run it in simulator._flow (True) or in Python (False); None: ``FLOW_KERNEL``.
     """
-    if FLOW_KERNEL == "c" if kernel is None else kernel:
-        found = KernelSpread(model.kernel(), sizes)
+    if (FLOW_KERNEL == "c") if kernel is None else kernel:
+        kmodel = model.kernel()  # raises if not built
+        found = KernelSpread(kmodel, sizes)
         found.accept(origin, start_ms)
         # the gate passes every landing but at ``refuses`` (kept): what the loop below does
         found.advance(0, _HOW_REFUSES, refuses)
@@ -424,8 +425,8 @@ class TxFlow:
         """The search in use: ``"c"`` or ``"python"``."""
         self.frames: Frames | KernelFrames
         if self.kernel == "c":
+            self._kmodel = model.kernel()  # raises if not built
             self.frames = KernelFrames()
-            self._kmodel = model.kernel()
             owner = getattr(learn, "__self__", None)
             if isinstance(owner, Knowledge) and getattr(learn, "__func__", None) is Knowledge.learn:
                 self._gate: tuple[int, object] = (_HOW_KNOWLEDGE, owner)
