@@ -1,7 +1,10 @@
-"""Build the optional C nonce-search kernel; everything else is configured in pyproject.toml.
+"""Build the optional C kernels; everything else is configured in pyproject.toml.
 
-``optional=True``: without a C compiler or Python headers the build skips the extension with a
-warning and the miner uses the pure-Python search (miner/search.py logs which one is active).
+``optional=True``: without a C compiler or Python headers the build skips an extension with a
+warning and the pure-Python code is used: the miner's nonce search (miner/search.py logs which
+one is active) and the simulator's tx flow search (simulator/txflow.py ``FLOW_KERNEL``).
+``-ffp-contract=off``: no fused multiply-add, so the flow kernel's floating point results equal
+Python's double arithmetic done in the same order.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +16,12 @@ setup(
             sources=["miner/_kernel.c"],
             extra_compile_args=["-O3"],
             optional=True,
-        )
+        ),
+        Extension(
+            "simulator._flow",
+            sources=["simulator/_flow.c"],
+            extra_compile_args=["-O3", "-ffp-contract=off"],
+            optional=True,
+        ),
     ]
 )

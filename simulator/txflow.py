@@ -28,20 +28,47 @@ What it leaves out (docs/simulator.md): the uplink queue (a tx's messages never 
 block, nor a block behind them: the bytes are counted, not queued), the limit of two
 outstanding ``getdata`` per peer, the 30-60 s re-announcement, the transfer time of the extra
 items of a batched frame, and the race order of events at exactly equal times.
+
+Two implementations of the search give identical results (the same arrival times to the bit,
+sources, ticks, message and frame counts, the same entries in the same order): this module's
+Python (``accept``, ``announce``, ``fetch``, ``advance`` over a :class:`Spread`), the reference
+and the fallback, and ``simulator._flow`` (simulator/_flow.c), the same steps compiled, built by
+setup.py when a C compiler is present. ``FLOW_KERNEL`` names the one ``TxFlow`` and
+``earliest_arrivals`` use by default: ``"c"`` when built, ``"python"`` if not or if the
+environment sets ``DAGCHAIN_FLOW_KERNEL=python``.
 """
 
 import heapq
+import logging
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, final
+from typing import Final, Protocol, final
 
 from dagchain.types import TxId
 from p2p import wire
 from p2p.relay import TX
 from simulator.engine import Engine
+from simulator.knowledge import Knowledge
 from simulator.sim_node import frame_size
+
+try:
+    from simulator._flow import Frames as KernelFrames
+    from simulator._flow import Model as KernelModel
+    from simulator._flow import Spread as KernelSpread
+except ImportError:  # built without a C compiler: the pure-Python search is used
+    KERNEL_BUILT = False
+else:
+    KERNEL_BUILT = True
+
+FLOW_KERNEL: Final = (
+    "c" if KERNEL_BUILT and os.environ.get("DAGCHAIN_FLOW_KERNEL", "c") != "python" else "python"
+)
+"""The search ``TxFlow`` and ``earliest_arrivals`` use unless told: ``"c"`` (simulator._flow)
+or ``"python"`` (not built, or ``DAGCHAIN_FLOW_KERNEL=python``)."""
+_log = logging.getLogger(__name__)
 
 TICK_MS = 250.0
 """The relay's maintenance tick (p2p/exchange.py ``MAINTENANCE_MS``): tx ``inv`` batches."""
@@ -77,6 +104,33 @@ class LinkModel:
         self._phase = phase
         self._phases: dict[int, float] = {}
         self._inv_delays: dict[int, tuple[list[list[float]], list[list[float]]]] = {}
+        self._kernel: KernelModel | None = None
+
+    def kernel(self) -> "KernelModel":
+        """The links as the C search reads them (made once; the links must not change after).
+
+        Raises:
+            RuntimeError: simulator._flow was not built.
+        """
+        if not KERNEL_BUILT:
+            raise RuntimeError("simulator._flow was not built (no C compiler at install time)")
+        if self._kernel is None:
+            self._kernel = KernelModel(
+                self.neighbours,
+                self.latency,
+                self.upload,
+                self.download,
+                self.processing_ms,
+                self.phase_ms,
+            )
+        return self._kernel
+
+    def phase_ms(self, node: int) -> float:
+        """``node``'s tick phase (asked of ``phase`` once per node)."""
+        phase = self._phases.get(node)
+        if phase is None:
+            phase = self._phases[node] = self._phase(node)
+        return phase
 
     def delay_ms(self, src: int, dst: int, size: int) -> float:
         """A ``size``-byte message from ``src`` to neighbour ``dst``: transfer, latency,
@@ -100,7 +154,7 @@ class LinkModel:
         ``RelayPort._arm`` computes it)."""
         phase = self._phases.get(node)
         if phase is None:
-            phase = self._phases[node] = self._phase(node)
+            phase = self.phase_ms(node)
         at = phase + (math.floor((after_ms - phase) / TICK_MS) + 1) * TICK_MS
         if at <= after_ms:
             at += TICK_MS
@@ -158,6 +212,10 @@ class Frames:
         """Forget frames of ticks before ``before_ms`` (no tx can join them any more)."""
         self.invs = {k: v for k, v in self.invs.items() if k[1] >= before_ms}
         self.getdata = {k for k in self.getdata if k[2] >= before_ms}
+
+    def count(self) -> int:
+        """(announcer, tick) ``inv`` frames remembered."""
+        return len(self.invs)
 
 
 @dataclass(slots=True)
@@ -251,6 +309,10 @@ def fetch(model: LinkModel, spread: Spread, node: int, announcer: int, inv_ms: f
 STOP, PASS, KEEP = 0, 1, 2
 """What a node does with a tx that lands (``advance``'s gate): wait for its verdict (a full
 node), pass it on (a relay-only node), or keep it without passing it on (it knew it)."""
+_HOW_GATE, _HOW_REFUSES, _HOW_LEARN, _HOW_KNOWLEDGE = 0, 1, 2, 3
+"""The C search's gate at nodes >= ``full`` (``KernelSpread.advance``): a gate function, a set
+of nodes that keep (the rest pass), a ``learn(node, txid)`` function, or a Knowledge whose
+``learn`` it runs itself (the same steps as ``Knowledge.learn``)."""
 
 
 def advance(
@@ -287,10 +349,21 @@ def earliest_arrivals(
     start_ms: float,
     sizes: Sizes = Sizes(0, 0, 0),
     refuses: frozenset[int] = frozenset(),
-) -> Spread:
+    kernel: bool | None = None,
+) -> "Spread | KernelSpread":
     """The finished search of a tx accepted at ``origin`` at ``start_ms`` when every node takes
     it in except ``refuses`` (they get it but do not pass it on): ``arrival`` holds each node's
-    arrival time. The search the simulator runs, without events (tests and benchmarks)."""
+    arrival time. The search the simulator runs, without events (tests and benchmarks).
+
+    ``kernel``: run it in simulator._flow (True) or in Python (False); None: ``FLOW_KERNEL``.
+    """
+    if (FLOW_KERNEL == "c") if kernel is None else kernel:
+        kmodel = model.kernel()  # raises if not built
+        found = KernelSpread(kmodel, sizes)
+        found.accept(origin, start_ms)
+        # the gate passes every landing but at ``refuses`` (kept): what the loop below does
+        found.advance(0, _HOW_REFUSES, refuses)
+        return found
     spread = Spread(sizes)
     accept(model, spread, origin, start_ms)
     while (stop := advance(model, spread, _stop_everywhere)) is not None:
@@ -323,8 +396,10 @@ class Counters(Protocol):
 class TxFlow:
     """The simulator's ``network.tx_relay = "flow"``: one search per tx, events at full nodes.
 
-    ``is_full(node)``: runs the core (gets events); ``learn(node, txid)``: a relay-only node
-    learns the tx, False if it knew it (then it does not pass it on, as in the messages model).
+    Nodes below ``full_nodes`` run the core (get events); ``learn(node, txid)``: a relay-only
+    node learns the tx, False if it knew it (then it does not pass it on, as in the messages
+    model). ``kernel``: search in simulator._flow (True) or in Python (False); None:
+    ``FLOW_KERNEL``. Both give the same run.
     """
 
     def __init__(
@@ -335,6 +410,7 @@ class TxFlow:
         full_nodes: int,
         learn: Callable[[int, bytes], bool],
         counters: Counters,
+        kernel: bool | None = None,
     ) -> None:
         self.model = model
         self.engine = engine
@@ -342,10 +418,23 @@ class TxFlow:
         self.full_nodes = full_nodes
         self.learn = learn
         self.counters = counters
-        self._spreads: dict[bytes, tuple[Spread, bytes]] = {}
+        self._spreads: dict[bytes, tuple[Spread | KernelSpread, bytes]] = {}
         """Txs still spreading: their search and bytes."""
         self._delivering: bytes | None = None
-        self.frames = Frames()
+        self.kernel: Final = FLOW_KERNEL if kernel is None else ("c" if kernel else "python")
+        """The search in use: ``"c"`` or ``"python"``."""
+        self.frames: Frames | KernelFrames
+        if self.kernel == "c":
+            self._kmodel = model.kernel()  # raises if not built
+            self.frames = KernelFrames()
+            owner = getattr(learn, "__self__", None)
+            if isinstance(owner, Knowledge) and getattr(learn, "__func__", None) is Knowledge.learn:
+                self._gate: tuple[int, object] = (_HOW_KNOWLEDGE, owner)
+            else:
+                self._gate = (_HOW_LEARN, learn)
+        else:
+            self.frames = Frames()
+        _log.debug("tx flow search: %s", self.kernel)
         self._prune_at = FRAMES_PRUNE_AT
         self.by_type: Counter[str] = Counter()
         """Messages the flow counted, by wire type (``inv``, ``getdata``, ``tx``)."""
@@ -354,27 +443,42 @@ class TxFlow:
         """``node`` admitted the tx (offered by the wallet, or delivered by the flow)."""
         now = self.engine.now_ms
         found = self._spreads.get(txid)
+        spread: Spread | KernelSpread
         if found is None:
-            spread = Spread(tx_sizes(txid, raw), frames=self.frames)
+            sizes = tx_sizes(txid, raw)
+            frames = self.frames
+            if isinstance(frames, Frames):
+                spread = Spread(sizes, frames=frames)
+            else:
+                spread = KernelSpread(self._kmodel, sizes, frames)
             self._spreads[txid] = (spread, raw)
-            accept(self.model, spread, node, now)
+            self._accept(spread, node, now)
             self._advance(txid, spread, raw)
             return
         spread = found[0]
-        accept(self.model, spread, node, now)
+        self._accept(spread, node, now)
         if self._delivering != txid and spread.waiting < 0:  # pragma: no cover - no such path
             self._advance(txid, spread, raw)
 
-    def _advance(self, txid: bytes, spread: Spread, raw: bytes) -> None:
+    def _accept(self, spread: "Spread | KernelSpread", node: int, now: float) -> None:
+        if isinstance(spread, Spread):
+            accept(self.model, spread, node, now)
+        else:
+            spread.accept(node, now)
+
+    def _advance(self, txid: bytes, spread: "Spread | KernelSpread", raw: bytes) -> None:
         full, learn = self.full_nodes, self.learn
-
-        def gate(node: int) -> int:
-            if node < full:
-                return STOP
-            return PASS if learn(node, txid) else KEEP  # KEEP: it knew it (from a block)
-
         before = (spread.invs, spread.inv_frames, spread.fetches, spread.getdata_frames)
-        stop = advance(self.model, spread, gate)
+        if isinstance(spread, Spread):
+
+            def gate(node: int) -> int:
+                if node < full:
+                    return STOP
+                return PASS if learn(node, txid) else KEEP  # KEEP: it knew it (from a block)
+
+            stop = advance(self.model, spread, gate)
+        else:
+            stop = spread.advance(full, *self._gate, txid)
         self._charge(spread, before)
         if stop is None:
             del self._spreads[txid]
@@ -382,7 +486,7 @@ class TxFlow:
         node, source, at = stop
         self.engine.schedule_at(at, self._deliver, txid, node, source)
 
-    def _charge(self, spread: Spread, before: tuple[int, int, int, int]) -> None:
+    def _charge(self, spread: "Spread | KernelSpread", before: tuple[int, int, int, int]) -> None:
         """Count the messages and bytes the search sent since ``before`` (its counters then)."""
         invs = spread.invs - before[0]
         inv_frames = spread.inv_frames - before[1]
@@ -399,9 +503,9 @@ class TxFlow:
         self.by_type["inv"] += inv_frames
         self.by_type["getdata"] += getdata_frames
         self.by_type["tx"] += fetches
-        if len(self.frames.invs) > self._prune_at:
+        if self.frames.count() > self._prune_at:
             self.frames.prune(self.engine.now_ms)
-            self._prune_at = max(FRAMES_PRUNE_AT, 2 * len(self.frames.invs))
+            self._prune_at = max(FRAMES_PRUNE_AT, 2 * self.frames.count())
 
     def _deliver(self, txid: bytes, node: int, source: int) -> None:
         spread, raw = self._spreads[txid]
@@ -420,8 +524,10 @@ class TxFlow:
 
 
 __all__ = [
+    "FLOW_KERNEL",
     "ITEM_BYTES",
     "KEEP",
+    "KERNEL_BUILT",
     "PASS",
     "STOP",
     "TICK_MS",

@@ -6,6 +6,8 @@ size * 8 / rate + latency + processing.
 """
 
 import math
+import shutil
+import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from dagchain.genesis import FAUCET_ADDRESS, FAUCET_SECRET
 from dagchain.transactions import Transaction, TxKind, TxOut, sign_transaction
 from dagchain.types import TxId
+from simulator import txflow
 from simulator.scenario import ScenarioError, load_scenario
 from simulator.sim_node import SimNode
 from simulator.simulation import WALL_FIELDS, Simulation
@@ -119,6 +122,18 @@ def test_a_refusing_node_does_not_pass_the_tx_on() -> None:
     model = _model({(0, 1): 10, (1, 2): 10}, [0, 0, 0])
     spread = earliest_arrivals(model, 0, 0.0, refuses=frozenset({1}))
     assert spread.arrival == {0: 0.0, 1: 280.0}
+
+
+CAN_BUILD = (
+    shutil.which("cc") is not None and Path(sysconfig.get_paths()["include"], "Python.h").exists()
+)
+
+
+@pytest.mark.skipif(not CAN_BUILD, reason="no C compiler or Python headers: fallback expected")
+def test_the_compiled_search_is_built_where_a_compiler_exists() -> None:
+    """With a compiler the install builds simulator._flow (a silent fallback would hide a bug);
+    tests/simulator/test_txflow_kernel.py checks it against this module's Python search."""
+    assert txflow.KERNEL_BUILT
 
 
 # ------------------------------------------------------------------ in the simulator

@@ -1,0 +1,1014 @@
+/*
+ * simulator._flow: the tx flow's search (simulator/txflow.py) compiled.
+ *
+ * The same label-setting search as txflow.py's accept/announce/fetch/advance, step for step:
+ * the same entries pushed in the same order with the same (time, kind, seq) keys (seq is unique,
+ * so the pop order is the Python heap's), the same delays computed with the same double
+ * operations in the same order (built with -ffp-contract=off: no fused multiply-add), the same
+ * frame accounting. Per spread the labels are dense per-node arrays (28 bytes a node) instead of
+ * dicts; Frames is a set of (announcer, tick), of (announcer, tick, peer) and of (asker,
+ * announcer, tick) in open-addressing tables.
+ *
+ * Model(neighbours, latency, upload, download, processing_ms, phase_of): a LinkModel's links as
+ * flat arrays; phase_of(node) is asked once per node, when the search first needs its tick.
+ * Spread(model, sizes, frames): one tx's search; accept(node, at) and advance(full, how, arg,
+ * key) as txflow.py's, the gate of advance given by (full, how, arg) (see advance's doc).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+
+#define TICK_MS 250.0
+enum { K_ANNOUNCE = 0, K_INV = 1, K_TX = 2 };
+enum { G_STOP = 0, G_PASS = 1, G_KEEP = 2 };
+enum { HOW_GATE = 0, HOW_REFUSES = 1, HOW_LEARN = 2, HOW_KNOWLEDGE = 3 };
+#define NO_SOURCE (-2)
+
+/* ------------------------------------------------------------------------------------ Model */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    Py_ssize_t *start; /* n + 1 offsets into the edge arrays */
+    int32_t *peer;     /* edge e of node v (start[v] <= e < start[v + 1]): v's neighbour */
+    double *lat_out;   /* latency[v][peer] */
+    double *lat_back;  /* latency[peer][v] */
+    double *rate_out;  /* min(upload[v], download[peer]) */
+    double *rate_back; /* min(upload[peer], download[v]) */
+    double *phase;     /* NaN: not asked yet */
+    double processing;
+    long long inv_size; /* the size inv_out/inv_back are for (-1: none yet) */
+    double *inv_out;    /* the inv delay v -> peer over each edge (LinkModel.inv_delays) */
+    double *inv_back;   /* ... and peer -> v */
+    PyObject *phase_of;
+    PyObject **node_obj; /* one int object per node (the neighbour lists' own where found) */
+} Model;
+
+static void model_free_arrays(Model *m) {
+    PyMem_Free(m->start);
+    PyMem_Free(m->peer);
+    PyMem_Free(m->lat_out);
+    PyMem_Free(m->lat_back);
+    PyMem_Free(m->rate_out);
+    PyMem_Free(m->rate_back);
+    PyMem_Free(m->phase);
+    PyMem_Free(m->inv_out);
+    PyMem_Free(m->inv_back);
+    m->inv_out = m->inv_back = NULL;
+    if (m->node_obj != NULL) {
+        for (Py_ssize_t i = 0; i < m->n; i++) Py_XDECREF(m->node_obj[i]);
+        PyMem_Free(m->node_obj);
+    }
+    m->start = NULL;
+    m->peer = NULL;
+    m->lat_out = m->lat_back = m->rate_out = m->rate_back = m->phase = NULL;
+    m->node_obj = NULL;
+}
+
+/* The model refers to phase_of, which may refer back to it (LinkModel.phase_ms, and the
+ * LinkModel keeps its model): the garbage collector must see the cycle. */
+static int model_traverse(Model *m, visitproc visit, void *arg) {
+    Py_VISIT(m->phase_of);
+    return 0;
+}
+
+static int model_clear(Model *m) {
+    Py_CLEAR(m->phase_of);
+    return 0;
+}
+
+static void model_dealloc(Model *m) {
+    PyObject_GC_UnTrack(m);
+    model_free_arrays(m);
+    Py_XDECREF(m->phase_of);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+/* Python's min(a, b): b if b < a else a. */
+static inline double pymin(double a, double b) { return b < a ? b : a; }
+
+static int item_double(PyObject *seq, Py_ssize_t i, double *out) {
+    PyObject *item = PySequence_GetItem(seq, i);
+    if (item == NULL) return -1;
+    double v = PyFloat_AsDouble(item);
+    Py_DECREF(item);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    *out = v;
+    return 0;
+}
+
+/* latency[src][dst] as a double. */
+static int latency_of(PyObject *latency, Py_ssize_t src, PyObject *dst, double *out) {
+    PyObject *row = PySequence_GetItem(latency, src);
+    if (row == NULL) return -1;
+    PyObject *v = PyObject_GetItem(row, dst);
+    Py_DECREF(row);
+    if (v == NULL) return -1;
+    double d = PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    if (d == -1.0 && PyErr_Occurred()) return -1;
+    *out = d;
+    return 0;
+}
+
+static int model_init(Model *m, PyObject *args, PyObject *kwds) {
+    PyObject *neighbours, *latency, *upload, *download, *phase_of;
+    double processing;
+    static char *kwlist[] = {"neighbours", "latency",       "upload", "download",
+                             "processing_ms", "phase_of", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOdO", kwlist, &neighbours, &latency, &upload,
+                                     &download, &processing, &phase_of))
+        return -1;
+    if (m->start != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Model is initialised once");
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Size(neighbours);
+    if (n < 0) return -1;
+    if (n >= INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many nodes");
+        return -1;
+    }
+    m->n = n;
+    m->processing = processing;
+    m->inv_size = -1;
+    Py_INCREF(phase_of);
+    m->phase_of = phase_of;
+    m->start = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    m->phase = PyMem_Malloc(((size_t)n + 1) * sizeof(double));
+    m->node_obj = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    double *up = PyMem_Malloc(((size_t)n + 1) * sizeof(double));
+    double *down = PyMem_Malloc(((size_t)n + 1) * sizeof(double));
+    PyObject **rows = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    int ok = 0;
+    if (m->start == NULL || m->phase == NULL || m->node_obj == NULL || up == NULL ||
+        down == NULL || rows == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t v = 0; v < n; v++) {
+        m->phase[v] = NAN;
+        if (item_double(upload, v, &up[v]) < 0 || item_double(download, v, &down[v]) < 0)
+            goto done;
+        PyObject *row = PySequence_GetItem(neighbours, v);
+        if (row == NULL) goto done;
+        rows[v] = PySequence_Fast(row, "neighbours[v] must be a sequence");
+        Py_DECREF(row);
+        if (rows[v] == NULL) goto done;
+        m->start[v + 1] = m->start[v] + PySequence_Fast_GET_SIZE(rows[v]);
+    }
+    Py_ssize_t edges = m->start[n];
+    size_t cells = (size_t)edges + 1;
+    m->peer = PyMem_Malloc(cells * sizeof(int32_t));
+    m->lat_out = PyMem_Malloc(cells * sizeof(double));
+    m->lat_back = PyMem_Malloc(cells * sizeof(double));
+    m->rate_out = PyMem_Malloc(cells * sizeof(double));
+    m->rate_back = PyMem_Malloc(cells * sizeof(double));
+    if (m->peer == NULL || m->lat_out == NULL || m->lat_back == NULL || m->rate_out == NULL ||
+        m->rate_back == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t v = 0; v < n; v++) {
+        PyObject **items = PySequence_Fast_ITEMS(rows[v]);
+        Py_ssize_t e = m->start[v];
+        PyObject *vobj = PyLong_FromSsize_t(v);
+        if (vobj == NULL) goto done;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(rows[v]); i++, e++) {
+            PyObject *p = items[i];
+            Py_ssize_t w = PyLong_AsSsize_t(p);
+            if (w == -1 && PyErr_Occurred()) {
+                Py_DECREF(vobj);
+                goto done;
+            }
+            if (w < 0 || w >= n) {
+                Py_DECREF(vobj);
+                PyErr_Format(PyExc_IndexError, "neighbour %zd of node %zd is not a node", w, v);
+                goto done;
+            }
+            if (m->node_obj[w] == NULL) {
+                Py_INCREF(p);
+                m->node_obj[w] = p;
+            }
+            m->peer[e] = (int32_t)w;
+            if (latency_of(latency, v, p, &m->lat_out[e]) < 0 ||
+                latency_of(latency, w, vobj, &m->lat_back[e]) < 0) {
+                Py_DECREF(vobj);
+                goto done;
+            }
+            m->rate_out[e] = pymin(up[v], down[w]);
+            m->rate_back[e] = pymin(up[w], down[v]);
+        }
+        Py_DECREF(vobj);
+    }
+    for (Py_ssize_t v = 0; v < n; v++) {
+        if (m->node_obj[v] == NULL && (m->node_obj[v] = PyLong_FromSsize_t(v)) == NULL) goto done;
+    }
+    ok = 1;
+done:
+    if (rows != NULL) {
+        for (Py_ssize_t v = 0; v < n; v++) Py_XDECREF(rows[v]);
+        PyMem_Free(rows);
+    }
+    PyMem_Free(up);
+    PyMem_Free(down);
+    if (!ok) {
+        model_free_arrays(m);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *model_nodes(Model *m, void *closure) { return PyLong_FromSsize_t(m->n); }
+
+static PyGetSetDef model_getset[] = {
+    {"nodes", (getter)model_nodes, NULL, "Nodes of the model.", NULL},
+    {NULL},
+};
+
+static PyTypeObject ModelType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._flow.Model",
+    .tp_basicsize = sizeof(Model),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)model_traverse,
+    .tp_clear = (inquiry)model_clear,
+    .tp_doc = "A LinkModel's links, latencies, link rates and tick phases as flat arrays.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)model_init,
+    .tp_dealloc = (destructor)model_dealloc,
+    .tp_getset = model_getset,
+};
+
+/* LinkModel.delay_ms over an edge: (transfer + latency) + processing. */
+static inline double delay(double rate, double lat, double processing, long long size) {
+    double transfer = rate == INFINITY ? 0.0 : (double)(size * 8) / rate;
+    return transfer + lat + processing;
+}
+
+/* The inv delays of every edge for `size`-byte invs (the last size asked is kept). */
+static int inv_delays(Model *m, long long size) {
+    if (m->inv_size == size) return 0;
+    size_t cells = (size_t)m->start[m->n] + 1;
+    if (m->inv_out == NULL) {
+        m->inv_out = PyMem_Malloc(cells * sizeof(double));
+        m->inv_back = PyMem_Malloc(cells * sizeof(double));
+        if (m->inv_out == NULL || m->inv_back == NULL) {
+            PyMem_Free(m->inv_out);
+            PyMem_Free(m->inv_back);
+            m->inv_out = m->inv_back = NULL;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (Py_ssize_t e = 0; e < m->start[m->n]; e++) {
+        m->inv_out[e] = delay(m->rate_out[e], m->lat_out[e], m->processing, size);
+        m->inv_back[e] = delay(m->rate_back[e], m->lat_back[e], m->processing, size);
+    }
+    m->inv_size = size;
+    return 0;
+}
+
+/* LinkModel.next_tick_ms; -1 (with an exception set) if the phase could not be had. */
+static int next_tick(Model *m, int32_t node, double after, double *out) {
+    double phase = m->phase[node];
+    if (isnan(phase)) {
+        if (m->phase_of == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "the model was cleared");
+            return -1;
+        }
+        PyObject *r = PyObject_CallOneArg(m->phase_of, m->node_obj[node]);
+        if (r == NULL) return -1;
+        phase = PyFloat_AsDouble(r);
+        Py_DECREF(r);
+        if (phase == -1.0 && PyErr_Occurred()) return -1;
+        m->phase[node] = phase;
+    }
+    double steps = floor((after - phase) / TICK_MS);
+    if (!isfinite(steps)) {
+        PyErr_SetString(PyExc_OverflowError, "cannot convert float infinity to integer");
+        return -1;
+    }
+    double at = phase + (steps + 1.0) * TICK_MS;
+    if (at <= after) at += TICK_MS;
+    *out = at;
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------------- Frames */
+
+typedef struct {
+    int32_t a, b; /* a == -1: an empty slot */
+    double t;
+} FKey;
+
+typedef struct {
+    FKey *slots;
+    size_t cap, len; /* cap a power of two */
+} FSet;
+
+static inline uint64_t fkey_hash(int32_t a, int32_t b, double t) {
+    if (t == 0.0) t = 0.0; /* -0.0 == 0.0 as a dict key */
+    uint64_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    uint64_t h = bits * 0x9E3779B97F4A7C15ULL;
+    h ^= ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) * 0xC2B2AE3D27D4EB4FULL;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 32;
+    return h;
+}
+
+static int fset_alloc(FSet *s, size_t cap) {
+    FKey *slots = PyMem_Malloc(cap * sizeof(FKey));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < cap; i++) slots[i].a = -1;
+    s->slots = slots;
+    s->cap = cap;
+    s->len = 0;
+    return 0;
+}
+
+static void fset_place(FSet *s, FKey k) {
+    size_t mask = s->cap - 1, i = (size_t)fkey_hash(k.a, k.b, k.t) & mask;
+    while (s->slots[i].a != -1) i = (i + 1) & mask;
+    s->slots[i] = k;
+    s->len++;
+}
+
+/* Rebuild into a table of at least `want` slots keeping the keys with t >= before. */
+static int fset_rebuild(FSet *s, size_t want, double before) {
+    size_t cap = 16;
+    while (cap < want) cap <<= 1;
+    FSet fresh;
+    if (fset_alloc(&fresh, cap) < 0) return -1;
+    for (size_t i = 0; i < s->cap; i++) {
+        FKey k = s->slots[i];
+        if (k.a != -1 && k.t >= before) fset_place(&fresh, k);
+    }
+    PyMem_Free(s->slots);
+    *s = fresh;
+    return 0;
+}
+
+/* Add (a, b, t): 1 if it was new, 0 if present, -1 on error. */
+static int fset_add(FSet *s, int32_t a, int32_t b, double t) {
+    size_t mask = s->cap - 1, i = (size_t)fkey_hash(a, b, t) & mask;
+    for (;;) {
+        FKey *k = &s->slots[i];
+        if (k->a == -1) break;
+        if (k->a == a && k->b == b && k->t == t) return 0;
+        i = (i + 1) & mask;
+    }
+    if (2 * (s->len + 1) > s->cap) {
+        if (fset_rebuild(s, 2 * s->cap, -INFINITY) < 0) return -1;
+    }
+    FKey k = {a, b, t};
+    fset_place(s, k);
+    return 1;
+}
+
+typedef struct {
+    PyObject_HEAD
+    FSet inv_keys;  /* (announcer, -1, tick): an inv frame slot of that tick */
+    FSet inv_peers; /* (announcer, peer, tick): its frame of that tick went to peer */
+    FSet getdata;   /* (asker, announcer, announcer's tick) */
+} Frames;
+
+static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Frames() takes no arguments");
+        return NULL;
+    }
+    Frames *f = (Frames *)type->tp_alloc(type, 0);
+    if (f == NULL) return NULL;
+    if (fset_alloc(&f->inv_keys, 16) < 0 || fset_alloc(&f->inv_peers, 16) < 0 ||
+        fset_alloc(&f->getdata, 16) < 0) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    return (PyObject *)f;
+}
+
+static void frames_dealloc(Frames *f) {
+    PyMem_Free(f->inv_keys.slots);
+    PyMem_Free(f->inv_peers.slots);
+    PyMem_Free(f->getdata.slots);
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+static PyObject *frames_count(Frames *f, PyObject *unused) {
+    return PyLong_FromSize_t(f->inv_keys.len);
+}
+
+static PyObject *frames_prune(Frames *f, PyObject *arg) {
+    double before = PyFloat_AsDouble(arg);
+    if (before == -1.0 && PyErr_Occurred()) return NULL;
+    FSet *sets[3] = {&f->inv_keys, &f->inv_peers, &f->getdata};
+    for (int i = 0; i < 3; i++) {
+        size_t keep = 0;
+        for (size_t j = 0; j < sets[i]->cap; j++) {
+            if (sets[i]->slots[j].a != -1 && sets[i]->slots[j].t >= before) keep++;
+        }
+        if (fset_rebuild(sets[i], 2 * keep + 2, before) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* (invs, getdata) as the Python Frames holds them: {(announcer, tick): {peers}}, {(asker,
+ * announcer, tick)}. */
+static PyObject *frames_snapshot(Frames *f, PyObject *unused) {
+    PyObject *invs = PyDict_New(), *getdata = PySet_New(NULL), *key = NULL, *peers = NULL;
+    if (invs == NULL || getdata == NULL) goto fail;
+    for (size_t j = 0; j < f->inv_keys.cap; j++) {
+        FKey k = f->inv_keys.slots[j];
+        if (k.a == -1) continue;
+        if ((key = Py_BuildValue("(id)", k.a, k.t)) == NULL) goto fail;
+        if ((peers = PySet_New(NULL)) == NULL) goto fail;
+        if (PyDict_SetItem(invs, key, peers) < 0) goto fail;
+        Py_CLEAR(key);
+        Py_CLEAR(peers);
+    }
+    for (size_t j = 0; j < f->inv_peers.cap; j++) {
+        FKey k = f->inv_peers.slots[j];
+        if (k.a == -1) continue;
+        if ((key = Py_BuildValue("(id)", k.a, k.t)) == NULL) goto fail;
+        PyObject *found = PyDict_GetItemWithError(invs, key); /* borrowed */
+        if (found == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "inv peer without frame");
+            goto fail;
+        }
+        Py_CLEAR(key);
+        if ((key = PyLong_FromLong(k.b)) == NULL || PySet_Add(found, key) < 0) goto fail;
+        Py_CLEAR(key);
+    }
+    for (size_t j = 0; j < f->getdata.cap; j++) {
+        FKey k = f->getdata.slots[j];
+        if (k.a == -1) continue;
+        if ((key = Py_BuildValue("(iid)", k.a, k.b, k.t)) == NULL || PySet_Add(getdata, key) < 0)
+            goto fail;
+        Py_CLEAR(key);
+    }
+    PyObject *out = PyTuple_Pack(2, invs, getdata);
+    Py_DECREF(invs);
+    Py_DECREF(getdata);
+    return out;
+fail:
+    Py_XDECREF(invs);
+    Py_XDECREF(getdata);
+    Py_XDECREF(key);
+    Py_XDECREF(peers);
+    return NULL;
+}
+
+static PyMethodDef frames_methods[] = {
+    {"count", (PyCFunction)frames_count, METH_NOARGS,
+     "(announcer, tick) inv frames remembered (len of the Python Frames.invs)."},
+    {"prune", (PyCFunction)frames_prune, METH_O, "Forget frames of ticks before before_ms."},
+    {"snapshot", (PyCFunction)frames_snapshot, METH_NOARGS,
+     "(invs, getdata) in the Python Frames' form."},
+    {NULL},
+};
+
+static PyTypeObject FramesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._flow.Frames",
+    .tp_basicsize = sizeof(Frames),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Which frames were charged already, shared by all txs (txflow.Frames).",
+    .tp_new = frames_new,
+    .tp_dealloc = (destructor)frames_dealloc,
+    .tp_methods = frames_methods,
+};
+
+/* ----------------------------------------------------------------------------------- Spread */
+
+typedef struct {
+    uint64_t tkey; /* the time as an unsigned key in the same order (time_key) */
+    uint64_t ks;   /* kind << 60 | seq: the order of entries at equal times */
+    double t;
+    int32_t node, peer, edge; /* edge: announcer -> node (INV, TX), else -1 */
+} Entry;
+
+/* Doubles as unsigned keys in their order (-0.0 as 0.0, equal in Python): the entries' order
+ * (time, kind, seq) is then one 128-bit comparison, without a branch to mispredict. */
+static inline uint64_t time_key(double t) {
+    if (t == 0.0) t = 0.0;
+    uint64_t b;
+    memcpy(&b, &t, sizeof b);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000ULL);
+}
+
+typedef struct {
+    PyObject_HEAD
+    Model *model;
+    Frames *frames; /* NULL: every message is a frame of its own */
+    PyObject *sizes;
+    long long size_inv, size_getdata, size_tx;
+    int32_t *source; /* NO_SOURCE: absent; -1: where it entered */
+    double *best;    /* INFINITY: absent */
+    double *tick;    /* NaN: absent */
+    double *arrival; /* NaN: absent */
+    Entry *heap;
+    size_t hlen, hcap;
+    long long seq;
+    long long waiting;
+    long long invs, inv_frames, fetches, getdata_frames;
+} Spread;
+
+static void spread_free_labels(Spread *s) {
+    PyMem_Free(s->source);
+    PyMem_Free(s->best);
+    PyMem_Free(s->tick);
+    PyMem_Free(s->arrival);
+    PyMem_Free(s->heap);
+    s->source = NULL;
+    s->best = s->tick = s->arrival = NULL;
+    s->heap = NULL;
+    s->hlen = s->hcap = 0;
+}
+
+static int spread_traverse(Spread *s, visitproc visit, void *arg) {
+    Py_VISIT(s->model);
+    Py_VISIT(s->frames);
+    Py_VISIT(s->sizes);
+    return 0;
+}
+
+static int spread_clear(Spread *s) {
+    Py_CLEAR(s->sizes);
+    return 0;
+}
+
+static void spread_dealloc(Spread *s) {
+    PyObject_GC_UnTrack(s);
+    spread_free_labels(s);
+    Py_XDECREF(s->model);
+    Py_XDECREF(s->frames);
+    Py_XDECREF(s->sizes);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static int size_attr(PyObject *sizes, const char *name, long long *out) {
+    PyObject *v = PyObject_GetAttrString(sizes, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (*out == -1 && PyErr_Occurred()) return -1;
+    if (*out < 0 || *out > (1LL << 50)) {
+        PyErr_Format(PyExc_ValueError, "bad frame size %lld", *out);
+        return -1;
+    }
+    return 0;
+}
+
+static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
+    PyObject *model, *sizes, *frames = Py_None;
+    static char *kwlist[] = {"model", "sizes", "frames", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O|O", kwlist, &ModelType, &model, &sizes,
+                                     &frames))
+        return -1;
+    if (s->model != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Spread is initialised once");
+        return -1;
+    }
+    if (frames != Py_None && !PyObject_TypeCheck(frames, &FramesType)) {
+        PyErr_SetString(PyExc_TypeError, "frames must be a simulator._flow.Frames or None");
+        return -1;
+    }
+    if (size_attr(sizes, "inv", &s->size_inv) < 0 ||
+        size_attr(sizes, "getdata", &s->size_getdata) < 0 ||
+        size_attr(sizes, "tx", &s->size_tx) < 0)
+        return -1;
+    Model *m = (Model *)model;
+    if (m->start == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the model is not initialised");
+        return -1;
+    }
+    size_t n = (size_t)m->n + 1;
+    s->source = PyMem_Malloc(n * sizeof(int32_t));
+    s->best = PyMem_Malloc(n * sizeof(double));
+    s->tick = PyMem_Malloc(n * sizeof(double));
+    s->arrival = PyMem_Malloc(n * sizeof(double));
+    s->hcap = 64;
+    s->heap = PyMem_Malloc(s->hcap * sizeof(Entry));
+    if (s->source == NULL || s->best == NULL || s->tick == NULL || s->arrival == NULL ||
+        s->heap == NULL) {
+        spread_free_labels(s);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        s->source[i] = NO_SOURCE;
+        s->best[i] = INFINITY;
+        s->tick[i] = NAN;
+        s->arrival[i] = NAN;
+    }
+    Py_INCREF(model);
+    s->model = m;
+    if (frames != Py_None) {
+        Py_INCREF(frames);
+        s->frames = (Frames *)frames;
+    }
+    Py_INCREF(sizes);
+    s->sizes = sizes;
+    s->waiting = -1;
+    return 0;
+}
+
+static inline int entry_less(const Entry *a, const Entry *b) {
+    unsigned __int128 x = (unsigned __int128)a->tkey << 64 | a->ks;
+    unsigned __int128 y = (unsigned __int128)b->tkey << 64 | b->ks;
+    return x < y;
+}
+
+static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, int32_t edge) {
+    if (s->hlen == s->hcap) {
+        size_t cap = s->hcap == 0 ? 64 : 2 * s->hcap;
+        Entry *heap = PyMem_Realloc(s->heap, cap * sizeof(Entry));
+        if (heap == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->heap = heap;
+        s->hcap = cap;
+    }
+    Entry e = {time_key(t), (uint64_t)kind << 60 | (uint64_t)++s->seq, t, node, peer, edge};
+    size_t i = s->hlen++;
+    Entry *h = s->heap;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!entry_less(&e, &h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = e;
+    return 0;
+}
+
+/* The least entry out: the hole at the root goes down to a leaf along the lesser children,
+ * then the last entry goes up from there (fewer comparisons than a plain sift-down). */
+static Entry pop(Spread *s) {
+    Entry *h = s->heap;
+    Entry top = h[0];
+    Entry last = h[--s->hlen];
+    size_t n = s->hlen, i = 0;
+    if (n == 0) return top;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c + 1 < n) {
+            c += entry_less(&h[c + 1], &h[c]);
+        } else if (c >= n) {
+            break;
+        }
+        h[i] = h[c];
+        i = c;
+    }
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!entry_less(&last, &h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = last;
+    return top;
+}
+
+static int ready(Spread *s) {
+    if (s->model == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the Spread is not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_node(Spread *s, long long node) {
+    if (ready(s) < 0) return -1;
+    if (node < 0 || node >= s->model->n) {
+        PyErr_Format(PyExc_IndexError, "node %lld is not in the model", node);
+        return -1;
+    }
+    return 0;
+}
+
+/* txflow.accept */
+static int do_accept(Spread *s, int32_t node, double at) {
+    if (isnan(s->arrival[node])) s->arrival[node] = at;
+    if (s->source[node] == NO_SOURCE) s->source[node] = -1;
+    double tick;
+    if (next_tick(s->model, node, at, &tick) < 0) return -1;
+    return push(s, tick, K_ANNOUNCE, node, -1, -1);
+}
+
+/* txflow.announce */
+static int do_announce(Spread *s, int32_t node, double tick_ms) {
+    Model *m = s->model;
+    double *ticks = s->tick, *best = s->best;
+    int32_t *fetching = s->source;
+    ticks[node] = tick_ms;
+    int32_t source = fetching[node] == NO_SOURCE ? -1 : fetching[node];
+    if (inv_delays(m, s->size_inv) < 0) return -1;
+    const double *outs = m->inv_out, *backs = m->inv_back;
+    Frames *frames = s->frames;
+    if (frames != NULL && fset_add(&frames->inv_keys, node, -1, tick_ms) < 0) return -1;
+    long long invs = 0, new_frames = 0;
+    for (Py_ssize_t e = m->start[node]; e < m->start[node + 1]; e++) {
+        int32_t peer = m->peer[e];
+        if (peer == source) continue;
+        double told = ticks[peer];
+        if (!isnan(told) && told + backs[e] < tick_ms) continue; /* its own inv reached us first: known to have it */
+        invs++;
+        if (frames == NULL) {
+            new_frames++;
+        } else {
+            int added = fset_add(&frames->inv_peers, node, peer, tick_ms);
+            if (added < 0) return -1;
+            new_frames += added;
+        }
+        if (fetching[peer] != NO_SOURCE) continue;
+        double at = tick_ms + outs[e];
+        if (at < best[peer]) {
+            best[peer] = at;
+            if (push(s, at, K_INV, peer, node, (int32_t)e) < 0) return -1;
+        }
+    }
+    s->invs += invs;
+    s->inv_frames += new_frames;
+    return 0;
+}
+
+/* txflow.fetch; `edge` is announcer -> node. */
+static int do_fetch(Spread *s, int32_t node, int32_t announcer, int32_t edge, double inv_ms) {
+    Model *m = s->model;
+    s->source[node] = announcer;
+    s->fetches++;
+    if (s->frames == NULL) {
+        s->getdata_frames++;
+    } else {
+        int added = fset_add(&s->frames->getdata, node, announcer, s->tick[announcer]);
+        if (added < 0) return -1;
+        s->getdata_frames += added;
+    }
+    double there = inv_ms + delay(m->rate_back[edge], m->lat_back[edge], m->processing,
+                                  s->size_getdata);
+    double at = there + delay(m->rate_out[edge], m->lat_out[edge], m->processing, s->size_tx);
+    return push(s, at, K_TX, node, announcer, edge);
+}
+
+/* What the gate says of a relay node; -1 on error. */
+typedef struct {
+    int how;
+    PyObject *arg, *key;
+    PyObject *holders, *everywhere; /* HOW_KNOWLEDGE */
+    Py_ssize_t nodes;
+} Gate;
+
+/* simulator.knowledge.Knowledge.learn(node, key), step for step. */
+static int knowledge_learn(Gate *g, PyObject *node) {
+    PyObject *found = PyDict_GetItemWithError(g->holders, g->key); /* borrowed */
+    if (found == NULL) {
+        if (PyErr_Occurred()) return -1;
+        int c = PySet_Contains(g->everywhere, g->key);
+        if (c != 0) return c < 0 ? -1 : 0;
+        PyObject *fresh = PySet_New(NULL);
+        if (fresh == NULL) return -1;
+        int r = PyDict_SetItem(g->holders, g->key, fresh);
+        Py_DECREF(fresh);
+        if (r < 0) return -1;
+        found = fresh; /* the dict holds it */
+    } else {
+        int c = PySet_Contains(found, node);
+        if (c != 0) return c < 0 ? -1 : 0;
+    }
+    if (PySet_Add(found, node) < 0) return -1;
+    Py_ssize_t size = PySet_Size(found);
+    if (size < 0) return -1;
+    if (size == g->nodes) {
+        if (PyDict_DelItem(g->holders, g->key) < 0) return -1;
+        if (PySet_Add(g->everywhere, g->key) < 0) return -1;
+    }
+    return 1;
+}
+
+static int gate_verdict(Gate *g, PyObject *node) {
+    switch (g->how) {
+    case HOW_REFUSES: {
+        if (g->arg == Py_None) return G_PASS;
+        int c = PySequence_Contains(g->arg, node);
+        return c < 0 ? -1 : (c ? G_KEEP : G_PASS);
+    }
+    case HOW_KNOWLEDGE: {
+        int r = knowledge_learn(g, node);
+        return r < 0 ? -1 : (r ? G_PASS : G_KEEP);
+    }
+    case HOW_LEARN: {
+        PyObject *r = PyObject_CallFunctionObjArgs(g->arg, node, g->key, NULL);
+        if (r == NULL) return -1;
+        int t = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return t < 0 ? -1 : (t ? G_PASS : G_KEEP);
+    }
+    default: {
+        PyObject *r = PyObject_CallOneArg(g->arg, node);
+        if (r == NULL) return -1;
+        long v = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        return v == G_STOP ? G_STOP : (v == G_PASS ? G_PASS : G_KEEP); /* as advance reads it */
+    }
+    }
+}
+
+static PyObject *spread_accept(Spread *s, PyObject *args) {
+    long long node;
+    double at;
+    if (!PyArg_ParseTuple(args, "Ld", &node, &at)) return NULL;
+    if (check_node(s, node) < 0 || do_accept(s, (int32_t)node, at) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *spread_advance(Spread *s, PyObject *args) {
+    long long full;
+    Gate g = {0};
+    g.key = Py_None;
+    if (!PyArg_ParseTuple(args, "LiO|O", &full, &g.how, &g.arg, &g.key) || ready(s) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (g.how == HOW_KNOWLEDGE) {
+        g.holders = PyObject_GetAttrString(g.arg, "holders");
+        g.everywhere = PyObject_GetAttrString(g.arg, "everywhere");
+        PyObject *nodes = PyObject_GetAttrString(g.arg, "_nodes");
+        if (nodes != NULL) {
+            g.nodes = PyLong_AsSsize_t(nodes);
+            Py_DECREF(nodes);
+        }
+        if (g.holders == NULL || g.everywhere == NULL || nodes == NULL || PyErr_Occurred())
+            goto done;
+        if (!PyDict_Check(g.holders) || !PyAnySet_Check(g.everywhere)) {
+            PyErr_SetString(PyExc_TypeError, "knowledge needs a dict holders, a set everywhere");
+            goto done;
+        }
+    } else if (g.how < HOW_GATE || g.how > HOW_KNOWLEDGE) {
+        PyErr_Format(PyExc_ValueError, "bad gate kind %d", g.how);
+        return NULL;
+    }
+    PyObject **objs = s->model->node_obj;
+    while (s->hlen > 0) {
+        Entry e = pop(s);
+        int kind = (int)(e.ks >> 60);
+        if (kind == K_ANNOUNCE) {
+            if (do_announce(s, e.node, e.t) < 0) goto done;
+        } else if (kind == K_INV) {
+            if (s->source[e.node] == NO_SOURCE && do_fetch(s, e.node, e.peer, e.edge, e.t) < 0)
+                goto done;
+        } else if (isnan(s->arrival[e.node])) {
+            int verdict = e.node < full ? G_STOP : gate_verdict(&g, objs[e.node]);
+            if (verdict < 0) goto done;
+            s->arrival[e.node] = e.t;
+            if (verdict == G_STOP) {
+                s->waiting = e.node;
+                result = Py_BuildValue("(OOd)", objs[e.node], objs[e.peer], e.t);
+                goto done;
+            }
+            if (verdict == G_PASS && do_accept(s, e.node, e.t) < 0) goto done;
+        }
+    }
+    /* finished: only the labels are kept */
+    PyMem_Free(s->heap);
+    s->heap = NULL;
+    s->hcap = 0;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(g.holders);
+    Py_XDECREF(g.everywhere);
+    return result;
+}
+
+static PyObject *labels_dict(Spread *s, const double *values, int absent_is_inf) {
+    if (ready(s) < 0) return NULL;
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    for (Py_ssize_t v = 0; v < s->model->n; v++) {
+        double x = values[v];
+        if (absent_is_inf ? x == INFINITY : isnan(x)) continue;
+        PyObject *f = PyFloat_FromDouble(x);
+        if (f == NULL || PyDict_SetItem(d, s->model->node_obj[v], f) < 0) {
+            Py_XDECREF(f);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(f);
+    }
+    return d;
+}
+
+static PyObject *spread_arrival(Spread *s, void *c) { return labels_dict(s, s->arrival, 0); }
+static PyObject *spread_tick(Spread *s, void *c) { return labels_dict(s, s->tick, 0); }
+static PyObject *spread_best(Spread *s, void *c) { return labels_dict(s, s->best, 1); }
+
+static PyObject *spread_source(Spread *s, void *c) {
+    if (ready(s) < 0) return NULL;
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    for (Py_ssize_t v = 0; v < s->model->n; v++) {
+        if (s->source[v] == NO_SOURCE) continue;
+        PyObject *src = PyLong_FromLong(s->source[v]);
+        if (src == NULL || PyDict_SetItem(d, s->model->node_obj[v], src) < 0) {
+            Py_XDECREF(src);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(src);
+    }
+    return d;
+}
+
+static PyObject *spread_sizes(Spread *s, void *c) {
+    if (s->sizes == NULL) Py_RETURN_NONE;
+    Py_INCREF(s->sizes);
+    return s->sizes;
+}
+
+static PyObject *spread_pending(Spread *s, void *c) { return PyLong_FromSize_t(s->hlen); }
+
+static PyObject *spread_labels_bytes(Spread *s, void *c) {
+    if (ready(s) < 0) return NULL;
+    size_t n = (size_t)s->model->n + 1;
+    return PyLong_FromSize_t(n * (sizeof(int32_t) + 3 * sizeof(double)) +
+                             s->hcap * sizeof(Entry));
+}
+
+static PyGetSetDef spread_getset[] = {
+    {"arrival", (getter)spread_arrival, NULL, "Node -> when the tx landed there.", NULL},
+    {"tick", (getter)spread_tick, NULL, "Node -> when it announced the tx.", NULL},
+    {"best_inv", (getter)spread_best, NULL, "Node -> the earliest inv arrival pushed.", NULL},
+    {"source", (getter)spread_source, NULL, "Node -> the neighbour it fetches from (-1).", NULL},
+    {"sizes", (getter)spread_sizes, NULL, "The tx's frame sizes.", NULL},
+    {"pending", (getter)spread_pending, NULL, "Search entries not taken yet.", NULL},
+    {"labels_bytes", (getter)spread_labels_bytes, NULL, "Bytes of the label arrays and heap.",
+     NULL},
+    {NULL},
+};
+
+static PyMemberDef spread_members[] = {
+    {"seq", T_LONGLONG, offsetof(Spread, seq), READONLY, "Entries pushed so far."},
+    {"waiting", T_LONGLONG, offsetof(Spread, waiting), 0, "The full node waited for, or -1."},
+    {"invs", T_LONGLONG, offsetof(Spread, invs), READONLY, "inv items sent."},
+    {"inv_frames", T_LONGLONG, offsetof(Spread, inv_frames), READONLY, "... first of a frame."},
+    {"fetches", T_LONGLONG, offsetof(Spread, fetches), READONLY, "getdata items sent."},
+    {"getdata_frames", T_LONGLONG, offsetof(Spread, getdata_frames), READONLY,
+     "... first of a frame."},
+    {NULL},
+};
+
+static PyMethodDef spread_methods[] = {
+    {"accept", (PyCFunction)spread_accept, METH_VARARGS,
+     "accept(node, at_ms): txflow.accept (the node announces at its next tick)."},
+    {"advance", (PyCFunction)spread_advance, METH_VARARGS,
+     "advance(full, how, arg, key=None): txflow.advance. A landing at node < full stops; at "
+     "other nodes how 0: arg(node) is the verdict; 1: KEEP if node in arg (a set or None) else "
+     "PASS; 2: PASS if arg(node, key) else KEEP; 3: arg is a Knowledge, its learn(node, key)."},
+    {NULL},
+};
+
+static PyTypeObject SpreadType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._flow.Spread",
+    .tp_basicsize = sizeof(Spread),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)spread_traverse,
+    .tp_clear = (inquiry)spread_clear,
+    .tp_doc = "One tx's search (txflow.Spread) with dense per-node labels.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)spread_init,
+    .tp_dealloc = (destructor)spread_dealloc,
+    .tp_getset = spread_getset,
+    .tp_members = spread_members,
+    .tp_methods = spread_methods,
+};
+
+/* ----------------------------------------------------------------------------------- module */
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "simulator._flow",
+    "The tx flow's earliest-arrival search (simulator/txflow.py) compiled.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__flow(void) {
+    if (PyType_Ready(&ModelType) < 0 || PyType_Ready(&FramesType) < 0 ||
+        PyType_Ready(&SpreadType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Model", (PyObject *)&ModelType) < 0 ||
+        PyModule_AddObjectRef(m, "Frames", (PyObject *)&FramesType) < 0 ||
+        PyModule_AddObjectRef(m, "Spread", (PyObject *)&SpreadType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
