@@ -516,14 +516,12 @@ class TxFlow:
         else:
             spread.accept(node, now)
 
-    def _advance(
-        self, txid: bytes, spread: "Spread | KernelSpread", raw: bytes, until: float = -math.inf
-    ) -> None:
-        """Run the search up to ``HORIZON_MS`` past now (or ``until``, if later): then wait for
-        the clock (a resume event), for a full node's verdict (a delivery event), or end."""
+    def _advance(self, txid: bytes, spread: "Spread | KernelSpread", raw: bytes) -> None:
+        """Run the search up to ``HORIZON_MS`` past now: then wait for the clock (a resume event
+        when its next entry is due), for a full node's verdict (a delivery event), or end."""
         full, learn = self.full_nodes, self.learn
         before = (spread.invs, spread.inv_frames, spread.fetches, spread.getdata_frames)
-        until = max(self.engine.now_ms + HORIZON_MS, until)
+        until = self.engine.now_ms + HORIZON_MS
         if isinstance(spread, Spread):
 
             def gate(node: int) -> int:
@@ -539,14 +537,14 @@ class TxFlow:
             del self._spreads[txid]
             return
         node, source, at = stop
-        if node < 0:  # the next entry is more than HORIZON_MS ahead: resume in time for it
-            self.engine.schedule_at(at - HORIZON_MS, self._resume, txid, at)
+        if node < 0:  # the next entry is more than HORIZON_MS ahead: resume when it is due
+            self.engine.schedule_at(at, self._resume, txid)
         else:
             self.engine.schedule_at(at, self._deliver, txid, node, source)
 
-    def _resume(self, txid: bytes, at: float) -> None:
+    def _resume(self, txid: bytes) -> None:
         spread, raw = self._spreads[txid]
-        self._advance(txid, spread, raw, at)
+        self._advance(txid, spread, raw)
 
     def _charge(self, spread: "Spread | KernelSpread", before: tuple[int, int, int, int]) -> None:
         """Count the messages and bytes the search sent since ``before`` (its counters then)."""
