@@ -300,13 +300,18 @@ def test_a_node_that_refuses_a_tx_does_not_pass_it_on(tx_relay: str) -> None:
     assert len(admitted) == 12
 
 
-def test_flow_books_the_networks_uplinks_and_never_runs_ahead_of_its_horizon() -> None:
+def test_flow_books_the_networks_uplinks_and_never_runs_ahead_of_its_horizon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """In a run the flow queues on the very uplinks the block messages use, and every send it
     books starts at most ``HORIZON_MS`` after the clock (so a block sent now waits only for
-    bytes due within that horizon)."""
+    bytes due within that horizon). The Python search is spied on; the kernel gives the same
+    run (tests/simulator/test_txflow_kernel.py)."""
+    monkeypatch.setattr(txflow, "FLOW_KERNEL", "python")
     sim = _scenario("flow")
     flow = sim.txflow
     assert flow is not None
+    assert flow.kernel == "python"
     assert flow.model.upload_free is sim.network.upload_free
     original = flow.model.send
     ahead: list[float] = []
@@ -316,8 +321,6 @@ def test_flow_books_the_networks_uplinks_and_never_runs_ahead_of_its_horizon() -
         return original(src, dst, size, at_ms)
 
     flow.model.send = spy  # type: ignore[method-assign]
-    if flow.kernel == "c":
-        pytest.skip("the kernel books in C; the Python search is spied on (DAGCHAIN_FLOW_KERNEL)")
     sim.run()
     assert len(ahead) > 1000
     assert min(ahead) >= 0.0
