@@ -66,6 +66,7 @@ def main() -> int:
         reference: list[tuple[object, ...]] = []
         for _ in range(opts.rounds):
             for kind in ("python", "c"):
+                model.upload_free[:] = [0.0] * nodes  # each run books the same idle uplinks
                 results = []
                 started = time.process_time()
                 for origin, start, sizes in txs:

@@ -9,10 +9,13 @@
  * dicts; Frames is a set of (announcer, tick), of (announcer, tick, peer) and of (asker,
  * announcer, tick) in open-addressing tables.
  *
- * Model(neighbours, latency, upload, download, processing_ms, phase_of): a LinkModel's links as
- * flat arrays; phase_of(node) is asked once per node, when the search first needs its tick.
+ * Model(neighbours, latency, upload, download, processing_ms, phase_of, upload_free): a
+ * LinkModel's links as flat arrays; phase_of(node) is asked once per node, when the search first
+ * needs its tick; upload_free is the LinkModel's own list (shared with the simulation's Network),
+ * read and written in place at every send over a finite-rate link (LinkModel.send), so Python
+ * sees each booking at once.
  * Spread(model, sizes, frames): one tx's search; accept(node, at) and advance(full, how, arg,
- * key) as txflow.py's, the gate of advance given by (full, how, arg) (see advance's doc).
+ * key, until) as txflow.py's, the gate of advance given by (full, how, arg) (see advance's doc).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,7 +25,8 @@
 #include <structmember.h>
 
 #define TICK_MS 250.0
-enum { K_ANNOUNCE = 0, K_INV = 1, K_TX = 2 };
+enum { K_ANNOUNCE = 0, K_INV = 1, K_GETDATA = 2, K_TX = 3 };
+#define ITEM_BYTES 36 /* txflow.ITEM_BYTES: one more item of an inv or getdata frame */
 enum { G_STOP = 0, G_PASS = 1, G_KEEP = 2 };
 enum { HOW_GATE = 0, HOW_REFUSES = 1, HOW_LEARN = 2, HOW_KNOWLEDGE = 3 };
 #define NO_SOURCE (-2)
@@ -44,6 +48,7 @@ typedef struct {
     double *inv_out;    /* the inv delay v -> peer over each edge (LinkModel.inv_delays) */
     double *inv_back;   /* ... and peer -> v */
     PyObject *phase_of;
+    PyObject *upload_free; /* a list: node -> when its uplink is free (LinkModel.upload_free) */
     PyObject **node_obj; /* one int object per node (the neighbour lists' own where found) */
 } Model;
 
@@ -72,11 +77,13 @@ static void model_free_arrays(Model *m) {
  * LinkModel keeps its model): the garbage collector must see the cycle. */
 static int model_traverse(Model *m, visitproc visit, void *arg) {
     Py_VISIT(m->phase_of);
+    Py_VISIT(m->upload_free);
     return 0;
 }
 
 static int model_clear(Model *m) {
     Py_CLEAR(m->phase_of);
+    Py_CLEAR(m->upload_free);
     return 0;
 }
 
@@ -84,6 +91,7 @@ static void model_dealloc(Model *m) {
     PyObject_GC_UnTrack(m);
     model_free_arrays(m);
     Py_XDECREF(m->phase_of);
+    Py_XDECREF(m->upload_free);
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
@@ -115,13 +123,17 @@ static int latency_of(PyObject *latency, Py_ssize_t src, PyObject *dst, double *
 }
 
 static int model_init(Model *m, PyObject *args, PyObject *kwds) {
-    PyObject *neighbours, *latency, *upload, *download, *phase_of;
+    PyObject *neighbours, *latency, *upload, *download, *phase_of, *upload_free = Py_None;
     double processing;
-    static char *kwlist[] = {"neighbours", "latency",       "upload", "download",
-                             "processing_ms", "phase_of", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOdO", kwlist, &neighbours, &latency, &upload,
-                                     &download, &processing, &phase_of))
+    static char *kwlist[] = {"neighbours",    "latency",  "upload",      "download",
+                             "processing_ms", "phase_of", "upload_free", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOdO|O", kwlist, &neighbours, &latency,
+                                     &upload, &download, &processing, &phase_of, &upload_free))
         return -1;
+    if (upload_free != Py_None && !PyList_Check(upload_free)) {
+        PyErr_SetString(PyExc_TypeError, "upload_free must be a list or None");
+        return -1;
+    }
     if (m->start != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Model is initialised once");
         return -1;
@@ -136,7 +148,22 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
     m->processing = processing;
     m->inv_size = -1;
     Py_INCREF(phase_of);
-    m->phase_of = phase_of;
+    Py_XSETREF(m->phase_of, phase_of);
+    if (upload_free == Py_None) { /* LinkModel's default: all free at 0 */
+        upload_free = PyList_New(n);
+        if (upload_free == NULL) return -1;
+        for (Py_ssize_t v = 0; v < n; v++) {
+            PyObject *zero = PyFloat_FromDouble(0.0);
+            if (zero == NULL) {
+                Py_DECREF(upload_free);
+                return -1;
+            }
+            PyList_SET_ITEM(upload_free, v, zero);
+        }
+    } else {
+        Py_INCREF(upload_free);
+    }
+    Py_XSETREF(m->upload_free, upload_free);
     m->start = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
     m->phase = PyMem_Malloc(((size_t)n + 1) * sizeof(double));
     m->node_obj = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
@@ -224,8 +251,16 @@ done:
 
 static PyObject *model_nodes(Model *m, void *closure) { return PyLong_FromSsize_t(m->n); }
 
+static PyObject *model_upload_free(Model *m, void *closure) {
+    if (m->upload_free == NULL) Py_RETURN_NONE;
+    Py_INCREF(m->upload_free);
+    return m->upload_free;
+}
+
 static PyGetSetDef model_getset[] = {
     {"nodes", (getter)model_nodes, NULL, "Nodes of the model.", NULL},
+    {"upload_free", (getter)model_upload_free, NULL,
+     "The list the sends book (the LinkModel's upload_free itself).", NULL},
     {NULL},
 };
 
@@ -246,6 +281,48 @@ static PyTypeObject ModelType = {
 static inline double delay(double rate, double lat, double processing, long long size) {
     double transfer = rate == INFINITY ? 0.0 : (double)(size * 8) / rate;
     return transfer + lat + processing;
+}
+
+/* LinkModel.send over an edge: `size` bytes from src at `at` over a link of `rate` and `lat`;
+ * *out: when they are processed at the other end. A finite rate books the transfer on src's
+ * uplink, the model's upload_free list, in place (the same operations in the same order as
+ * Python: start = free[src]; if start < at: start = at; done = start + size * 8 / rate). */
+static inline int send(Model *m, int32_t src, double rate, double lat, long long size, double at,
+                       double *out) {
+    if (rate == INFINITY) {
+        *out = at + lat + m->processing;
+        return 0;
+    }
+    PyObject *list = m->upload_free;
+    if (list == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the model was cleared");
+        return -1;
+    }
+    if (src >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return -1;
+    }
+    PyObject *item = PyList_GET_ITEM(list, src);
+    double start;
+    if (PyFloat_CheckExact(item)) {
+        start = PyFloat_AS_DOUBLE(item);
+    } else {
+        start = PyFloat_AsDouble(item);
+        if (start == -1.0 && PyErr_Occurred()) return -1;
+    }
+    if (start < at) start = at;
+    double done = start + (double)(size * 8) / rate;
+    if (Py_REFCNT(item) == 1 && PyFloat_CheckExact(item)) {
+        /* the list holds the only reference: nothing else can see the float change */
+        ((PyFloatObject *)item)->ob_fval = done;
+    } else {
+        PyObject *f = PyFloat_FromDouble(done);
+        if (f == NULL) return -1;
+        PyList_SET_ITEM(list, src, f);
+        Py_DECREF(item);
+    }
+    *out = done + lat + m->processing;
+    return 0;
 }
 
 /* The inv delays of every edge for `size`-byte invs (the last size asked is kept). */
@@ -491,7 +568,7 @@ typedef struct {
     uint64_t tkey; /* the time as an unsigned key in the same order (time_key) */
     uint64_t ks;   /* kind << 60 | seq: the order of entries at equal times */
     double t;
-    int32_t node, peer, edge; /* edge: announcer -> node (INV, TX), else -1 */
+    int32_t node, peer, edge; /* edge: announcer -> the other end (INV, GETDATA, TX), else -1 */
 } Entry;
 
 /* Doubles as unsigned keys in their order (-0.0 as 0.0, equal in Python): the entries' order
@@ -711,8 +788,9 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
     int32_t *fetching = s->source;
     ticks[node] = tick_ms;
     int32_t source = fetching[node] == NO_SOURCE ? -1 : fetching[node];
-    if (inv_delays(m, s->size_inv) < 0) return -1;
-    const double *outs = m->inv_out, *backs = m->inv_back;
+    long long inv_size = s->size_inv;
+    if (inv_delays(m, inv_size) < 0) return -1;
+    const double *backs = m->inv_back;
     Frames *frames = s->frames;
     if (frames != NULL && fset_add(&frames->inv_keys, node, -1, tick_ms) < 0) return -1;
     long long invs = 0, new_frames = 0;
@@ -722,15 +800,18 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
         double told = ticks[peer];
         if (!isnan(told) && told + backs[e] < tick_ms) continue; /* its own inv reached us first: known to have it */
         invs++;
+        long long size = inv_size;
         if (frames == NULL) {
             new_frames++;
         } else {
             int added = fset_add(&frames->inv_peers, node, peer, tick_ms);
             if (added < 0) return -1;
             new_frames += added;
+            if (!added) size = ITEM_BYTES; /* one more item of that tick's frame */
         }
+        double at;
+        if (send(m, node, m->rate_out[e], m->lat_out[e], size, tick_ms, &at) < 0) return -1;
         if (fetching[peer] != NO_SOURCE) continue;
-        double at = tick_ms + outs[e];
         if (at < best[peer]) {
             best[peer] = at;
             if (push(s, at, K_INV, peer, node, (int32_t)e) < 0) return -1;
@@ -746,17 +827,27 @@ static int do_fetch(Spread *s, int32_t node, int32_t announcer, int32_t edge, do
     Model *m = s->model;
     s->source[node] = announcer;
     s->fetches++;
+    long long size = s->size_getdata;
     if (s->frames == NULL) {
         s->getdata_frames++;
     } else {
         int added = fset_add(&s->frames->getdata, node, announcer, s->tick[announcer]);
         if (added < 0) return -1;
         s->getdata_frames += added;
+        if (!added) size = ITEM_BYTES;
     }
-    double there = inv_ms + delay(m->rate_back[edge], m->lat_back[edge], m->processing,
-                                  s->size_getdata);
-    double at = there + delay(m->rate_out[edge], m->lat_out[edge], m->processing, s->size_tx);
-    return push(s, at, K_TX, node, announcer, edge);
+    double there;
+    if (send(m, node, m->rate_back[edge], m->lat_back[edge], size, inv_ms, &there) < 0) return -1;
+    return push(s, there, K_GETDATA, announcer, node, edge);
+}
+
+/* txflow.answer: node's getdata landed at announcer at `at`; `edge` is announcer -> node. */
+static int do_answer(Spread *s, int32_t announcer, int32_t node, int32_t edge, double at) {
+    Model *m = s->model;
+    double there;
+    if (send(m, announcer, m->rate_out[edge], m->lat_out[edge], s->size_tx, at, &there) < 0)
+        return -1;
+    return push(s, there, K_TX, node, announcer, edge);
 }
 
 /* What the gate says of a relay node; -1 on error. */
@@ -833,9 +924,11 @@ static PyObject *spread_accept(Spread *s, PyObject *args) {
 
 static PyObject *spread_advance(Spread *s, PyObject *args) {
     long long full;
+    double until = INFINITY;
     Gate g = {0};
     g.key = Py_None;
-    if (!PyArg_ParseTuple(args, "LiO|O", &full, &g.how, &g.arg, &g.key) || ready(s) < 0)
+    if (!PyArg_ParseTuple(args, "LiO|Od", &full, &g.how, &g.arg, &g.key, &until) ||
+        ready(s) < 0)
         return NULL;
     PyObject *result = NULL;
     if (g.how == HOW_KNOWLEDGE) {
@@ -858,6 +951,10 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
     }
     PyObject **objs = s->model->node_obj;
     while (s->hlen > 0) {
+        if (s->heap[0].t > until) { /* the next entry lies past until: pause before it */
+            result = Py_BuildValue("(iid)", -1, -1, s->heap[0].t);
+            goto done;
+        }
         Entry e = pop(s);
         int kind = (int)(e.ks >> 60);
         if (kind == K_ANNOUNCE) {
@@ -865,6 +962,8 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
         } else if (kind == K_INV) {
             if (s->source[e.node] == NO_SOURCE && do_fetch(s, e.node, e.peer, e.edge, e.t) < 0)
                 goto done;
+        } else if (kind == K_GETDATA) {
+            if (do_answer(s, e.node, e.peer, e.edge, e.t) < 0) goto done;
         } else if (isnan(s->arrival[e.node])) {
             int verdict = e.node < full ? G_STOP : gate_verdict(&g, objs[e.node]);
             if (verdict < 0) goto done;
@@ -970,9 +1069,10 @@ static PyMethodDef spread_methods[] = {
     {"accept", (PyCFunction)spread_accept, METH_VARARGS,
      "accept(node, at_ms): txflow.accept (the node announces at its next tick)."},
     {"advance", (PyCFunction)spread_advance, METH_VARARGS,
-     "advance(full, how, arg, key=None): txflow.advance. A landing at node < full stops; at "
-     "other nodes how 0: arg(node) is the verdict; 1: KEEP if node in arg (a set or None) else "
-     "PASS; 2: PASS if arg(node, key) else KEEP; 3: arg is a Knowledge, its learn(node, key)."},
+     "advance(full, how, arg, key=None, until_ms=inf): txflow.advance. A landing at node < full "
+     "stops; at other nodes how 0: arg(node) is the verdict; 1: KEEP if node in arg (a set or "
+     "None) else PASS; 2: PASS if arg(node, key) else KEEP; 3: arg is a Knowledge, its "
+     "learn(node, key). An entry after until_ms is not taken: (-1, -1, its time)."},
     {NULL},
 };
 

@@ -21,9 +21,12 @@ class Model:
         download: Sequence[float],
         processing_ms: float,
         phase_of: Callable[[int], float],
+        upload_free: list[float] | None = None,
     ) -> None: ...
     @property
     def nodes(self) -> int: ...
+    @property
+    def upload_free(self) -> list[float]: ...
 
 @final
 class Frames:
@@ -67,5 +70,11 @@ class Spread:
     def getdata_frames(self) -> int: ...
     def accept(self, node: int, at_ms: float, /) -> None: ...
     def advance(
-        self, full: int, how: int, arg: object, key: bytes | None = None, /
+        self,
+        full: int,
+        how: int,
+        arg: object,
+        key: bytes | None = None,
+        until_ms: float = ...,
+        /,
     ) -> tuple[int, int, float] | None: ...

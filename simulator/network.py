@@ -118,6 +118,12 @@ class Network:
         ]
 
     @property
+    def upload_free(self) -> list[float]:
+        """``upload_free[v]``: when v's uplink has sent all it was given (the FIFO the block
+        messages and the tx flow, simulator/txflow.py, share)."""
+        return self._upload_free
+
+    @property
     def latency_ms(self) -> list[dict[int, float]]:
         """``latency_ms[a][b]``: the one-way latency of the link a-b (ms)."""
         return self._latency

@@ -185,6 +185,7 @@ class Simulation:
             network.download,
             network.processing_ms,
             self._tick_phase,
+            network.upload_free,
         )
         return TxFlow(model, self.engine, self.nodes, full, self.known_txs.learn, network)
 

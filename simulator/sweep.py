@@ -17,6 +17,7 @@ SWEEP.toml::
 
 import csv
 import itertools
+import resource
 import socket
 import sys
 import time
@@ -49,10 +50,18 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+RESOURCE_PREFIX = "resource."
+"""Row keys of what a run cost (CPU, wall, peak RSS, host): not results, so :func:`run_sweep`
+writes them to ``resources.csv``, and ``sweep.csv`` stays the same on every executor."""
+
+
 def run_point(
     base: dict[str, Any], overrides: list[tuple[list[str], Any]], seed: int
 ) -> dict[str, Any]:
-    """One run of the sweep: a pure function of its arguments (wall fields dropped)."""
+    """One run of the sweep: a pure function of its arguments (wall fields dropped), plus what
+    it cost under ``RESOURCE_PREFIX`` keys (CPU and wall seconds of this process during the run,
+    its peak RSS so far: a pool worker's earlier runs count, so an upper bound)."""
+    cpu, wall = time.process_time(), time.monotonic()
     data = _deep_copy(base)
     for path, value in overrides:
         apply_override(data, path, value)
@@ -62,7 +71,31 @@ def run_point(
     row = {".".join(p): v for p, v in overrides}
     row["seed"] = seed
     row.update({k: v for k, v in flatten(metrics).items() if k not in WALL_FIELDS})
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    row.update(
+        {
+            f"{RESOURCE_PREFIX}cpu_s": round(time.process_time() - cpu, 2),
+            f"{RESOURCE_PREFIX}wall_s": round(time.monotonic() - wall, 2),
+            f"{RESOURCE_PREFIX}peak_rss_mib": round(peak_kib / 1024, 1),
+            f"{RESOURCE_PREFIX}host": socket.gethostname(),
+        }
+    )
     return row
+
+
+def _resources(row: dict[str, Any]) -> dict[str, Any]:
+    n = len(RESOURCE_PREFIX)
+    return {k[n:]: v for k, v in row.items() if k.startswith(RESOURCE_PREFIX)}
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
@@ -242,7 +275,8 @@ EXECUTORS: dict[str, Callable[..., Iterable[dict[str, Any]]]] = {
 def run_sweep(
     path: Path, executor: str, workers: int, out: Path, address: str | None = None
 ) -> Path:
-    """Run every (point, seed), write ``out/sweep.csv`` (rows in grid order) and its plot.
+    """Run every (point, seed), write ``out/sweep.csv`` (rows in grid order) and its plot, and
+    ``out/resources.csv`` (the same runs' CPU and wall seconds, peak RSS and host).
 
     With ``address`` the cluster is checked first (:func:`check_cluster`), before anything runs.
     """
@@ -252,14 +286,12 @@ def run_sweep(
     jobs = [(base, point, seed) for point in points for seed in seeds]
     rows = list(EXECUTORS[executor](jobs, address, workers))
     out.mkdir(parents=True, exist_ok=True)
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
+    keys = [".".join(p) for p, _ in points[0]] + ["seed"]
+    costs = [{**{k: row.get(k) for k in keys}, **_resources(row)} for row in rows]
+    rows = [{k: v for k, v in row.items() if not k.startswith(RESOURCE_PREFIX)} for row in rows]
     csv_path = out / "sweep.csv"
-    with csv_path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    _write_csv(csv_path, rows)
+    _write_csv(out / "resources.csv", costs)
     first = ".".join(points[0][0][0])
     try:
         from simulator.plots import plot_sweep

@@ -10,24 +10,32 @@ the same policy (PROTOCOL.md P11 as p2p/relay.py runs it), and only full nodes g
   it got the tx from and those whose own ``inv`` reached it before that tick;
 - a node fetches from the first neighbour whose ``inv`` reaches it (one announcer, no fallback),
   so the tx lands at ``inv arrival + d(getdata back) + d(tx)``;
-- a message's delay over a link is ``size * 8 / min(upload, download) + latency + processing``,
-  as :meth:`simulator.network.Network.transmit` computes it without the uplink queue.
+- a message leaves its sender's uplink after what is queued there (FIFO, shared with the
+  blocks the node relay sends: ``Network.upload_free``), takes ``size * 8 / min(upload,
+  download)`` on the wire, then ``latency + processing``, as
+  :meth:`simulator.network.Network.transmit` computes it; the flow books its own transfer time
+  on that uplink, so blocks queue behind txs and txs behind blocks. The tx itself leaves the
+  announcer when the ``getdata`` has landed there (its own search entry).
 
 It is a label-setting search (Dijkstra) over those times, with one gate: at a full node the
 search stops, the node gets the tx as a delivery event at its arrival time and admits it through
 its real intake (``SimNode.on_deliver_tx``: mempool and core). Only if it admits it does the
 search go on from there (``on_accepted``); a refused tx is not passed on. Relay-only nodes pass
 every tx they learn on, and cost no event. The search of a tx is therefore paused at most at one
-full node at a time, and never runs ahead of a full node's verdict it depends on.
+full node at a time, and never runs ahead of a full node's verdict it depends on. It also
+never runs more than ``HORIZON_MS`` ahead of the simulation's clock (a resume event): what it
+books on an uplink is then at most that far in the future when a block is sent behind it.
 
 Messages and bytes are counted on the network's totals (``messages``, ``bytes_sent``): the txs
 one node announces at one tick to one peer share one ``inv`` frame, the items asked of it one
 ``getdata`` frame, each tx its own ``tx`` message, all sized as their real frames.
 
-What it leaves out (docs/simulator.md): the uplink queue (a tx's messages never wait behind a
-block, nor a block behind them: the bytes are counted, not queued), the limit of two
-outstanding ``getdata`` per peer, the 30-60 s re-announcement, the transfer time of the extra
-items of a batched frame, and the race order of events at exactly equal times.
+What it leaves out (docs/simulator.md): the exact order of the uplink queue (a send is booked
+when the search reaches it, up to ``HORIZON_MS`` before its time, and sends of different txs
+are booked in the order their searches run), the limit of two outstanding ``getdata`` per peer,
+the 30-60 s re-announcement, a batched frame's items landing together (each item lands when
+its own bytes are through), and the race order of events at exactly equal times. The check
+"its own ``inv`` reached us first" reads the idle link's delay.
 
 Two implementations of the search give identical results (the same arrival times to the bit,
 sources, ticks, message and frame counts, the same entries in the same order): this module's
@@ -74,8 +82,12 @@ TICK_MS = 250.0
 """The relay's maintenance tick (p2p/exchange.py ``MAINTENANCE_MS``): tx ``inv`` batches."""
 FRAMES_PRUNE_AT = 100_000
 """Frames remembered before the old ones are dropped."""
-_ANNOUNCE, _INV, _TX = 0, 1, 2
-"""Kinds of search entries, in the order entries at the same time are taken."""
+_ANNOUNCE, _INV, _GETDATA, _TX = 0, 1, 2, 3
+"""Kinds of search entries, in the order entries at the same time are taken: an announcement,
+an ``inv`` landing, a ``getdata`` landing at the announcer (which sends the tx), the tx landing."""
+HORIZON_MS = 20.0
+"""How far ahead of the simulation's clock a search may run (``TxFlow``): the uplink time it
+books is at most this early."""
 
 
 @final
@@ -84,7 +96,8 @@ class LinkModel:
 
     ``neighbours[v]``: v's peers; ``latency[v][w]``: one-way ms; ``upload``/``download``: bits
     per ms (``math.inf``: unlimited); ``phase``: node -> its 250 ms tick phase (ms in [0, 250)),
-    asked once per node.
+    asked once per node; ``upload_free[v]``: when v's uplink is free (the simulation passes
+    the network's own list, shared with the blocks; default: all free at 0).
     """
 
     def __init__(
@@ -95,8 +108,10 @@ class LinkModel:
         download: Sequence[float],
         processing_ms: float,
         phase: Callable[[int], float],
+        upload_free: list[float] | None = None,
     ) -> None:
         self.neighbours = neighbours
+        self.upload_free = [0.0] * len(neighbours) if upload_free is None else upload_free
         self.latency = latency
         self.upload = upload
         self.download = download
@@ -122,6 +137,7 @@ class LinkModel:
                 self.download,
                 self.processing_ms,
                 self.phase_ms,
+                self.upload_free,
             )
         return self._kernel
 
@@ -138,6 +154,23 @@ class LinkModel:
         rate = min(self.upload[src], self.download[dst])
         transfer = 0.0 if rate == math.inf else size * 8 / rate
         return transfer + self.latency[src][dst] + self.processing_ms
+
+    def send(self, src: int, dst: int, size: int, at_ms: float) -> float:
+        """``src`` sends ``size`` bytes to neighbour ``dst`` at ``at_ms``: when they are processed
+        there. Books the transfer on ``src``'s uplink after what is queued (FIFO), with
+        :meth:`simulator.network.Network.transmit`'s arithmetic; an unlimited link books nothing.
+        """
+        up, down = self.upload[src], self.download[dst]
+        rate = up if up < down else down
+        if rate == math.inf:
+            return at_ms + self.latency[src][dst] + self.processing_ms
+        free = self.upload_free
+        start = free[src]
+        if start < at_ms:
+            start = at_ms
+        done = start + size * 8 / rate
+        free[src] = done
+        return done + self.latency[src][dst] + self.processing_ms
 
     def inv_delays(self, size: int) -> tuple[list[list[float]], list[list[float]]]:
         """For ``size``-byte messages, per node v and its i-th neighbour w: the delay v -> w
@@ -268,11 +301,13 @@ def announce(model: LinkModel, spread: Spread, node: int, tick_ms: float) -> Non
     ticks, best, fetching = spread.tick, spread.best_inv, spread.source
     ticks[node] = tick_ms
     source = fetching.get(node, -1)
-    outs, backs = model.inv_delays(spread.sizes.inv)
+    inv_size = spread.sizes.inv
+    backs = model.inv_delays(inv_size)[1]
     frames = spread.frames
     framed = None if frames is None else frames.inv_peers(node, tick_ms)
+    send = model.send
     invs = new_frames = 0
-    for peer, out, back in zip(model.neighbours[node], outs[node], backs[node], strict=True):
+    for peer, back in zip(model.neighbours[node], backs[node], strict=True):
         if peer == source:
             continue
         told = ticks.get(peer)
@@ -281,12 +316,15 @@ def announce(model: LinkModel, spread: Spread, node: int, tick_ms: float) -> Non
         invs += 1
         if framed is None:
             new_frames += 1
+            at = send(node, peer, inv_size, tick_ms)
         elif peer not in framed:
             framed.add(peer)
             new_frames += 1
+            at = send(node, peer, inv_size, tick_ms)
+        else:
+            at = send(node, peer, ITEM_BYTES, tick_ms)  # one more item of that tick's frame
         if peer in fetching:
             continue  # it has the tx, or fetches it from its first announcer
-        at = tick_ms + out
         if at < best.get(peer, math.inf):
             best[peer] = at
             spread.push(at, _INV, peer, node)
@@ -295,15 +333,22 @@ def announce(model: LinkModel, spread: Spread, node: int, tick_ms: float) -> Non
 
 
 def fetch(model: LinkModel, spread: Spread, node: int, announcer: int, inv_ms: float) -> None:
-    """``node`` heard of the tx first from ``announcer``: ``getdata`` there, the tx back."""
+    """``node`` heard of the tx first from ``announcer``: ``getdata`` there (one more item if
+    it asks that ``inv`` frame for another tx already); the tx comes back when it has landed."""
     spread.source[node] = announcer
     spread.fetches += 1
     frames = spread.frames
     if frames is None or frames.new_getdata(node, announcer, spread.tick[announcer]):
         spread.getdata_frames += 1
-    sizes = spread.sizes
-    there = inv_ms + model.delay_ms(node, announcer, sizes.getdata)
-    spread.push(there + model.delay_ms(announcer, node, sizes.tx), _TX, node, announcer)
+        size = spread.sizes.getdata
+    else:
+        size = ITEM_BYTES
+    spread.push(model.send(node, announcer, size, inv_ms), _GETDATA, announcer, node)
+
+
+def answer(model: LinkModel, spread: Spread, announcer: int, node: int, at_ms: float) -> None:
+    """``node``'s ``getdata`` landed at ``announcer``: the tx goes back over its uplink."""
+    spread.push(model.send(announcer, node, spread.sizes.tx, at_ms), _TX, node, announcer)
 
 
 STOP, PASS, KEEP = 0, 1, 2
@@ -316,22 +361,27 @@ of nodes that keep (the rest pass), a ``learn(node, txid)`` function, or a Knowl
 
 
 def advance(
-    model: LinkModel, spread: Spread, gate: Callable[[int], int]
+    model: LinkModel, spread: Spread, gate: Callable[[int], int], until_ms: float = math.inf
 ) -> tuple[int, int, float] | None:
     """Run the search until a tx lands where ``gate(node)`` is ``STOP`` (a full node: returns
-    (node, source, at), the search waits for its verdict) or nothing is left (None).
+    (node, source, at), the search waits for its verdict), the next entry lies after
+    ``until_ms`` (returns (-1, -1, its time)) or nothing is left (None).
 
     Where the gate says ``PASS`` the node takes the tx in and announces it; ``KEEP``: it only
     takes it in.
     """
     heap = spread.heap
     while heap:
+        if heap[0][0] > until_ms:
+            return -1, -1, heap[0][0]
         at, kind, _, node, peer = heapq.heappop(heap)
         if kind == _ANNOUNCE:
             announce(model, spread, node, at)
         elif kind == _INV:
             if node not in spread.source:
                 fetch(model, spread, node, peer, at)
+        elif kind == _GETDATA:
+            answer(model, spread, node, peer, at)
         elif node not in spread.arrival:
             verdict = gate(node)
             spread.arrival[node] = at
@@ -467,8 +517,11 @@ class TxFlow:
             spread.accept(node, now)
 
     def _advance(self, txid: bytes, spread: "Spread | KernelSpread", raw: bytes) -> None:
+        """Run the search up to ``HORIZON_MS`` past now: then wait for the clock (a resume event
+        when its next entry is due), for a full node's verdict (a delivery event), or end."""
         full, learn = self.full_nodes, self.learn
         before = (spread.invs, spread.inv_frames, spread.fetches, spread.getdata_frames)
+        until = self.engine.now_ms + HORIZON_MS
         if isinstance(spread, Spread):
 
             def gate(node: int) -> int:
@@ -476,15 +529,22 @@ class TxFlow:
                     return STOP
                 return PASS if learn(node, txid) else KEEP  # KEEP: it knew it (from a block)
 
-            stop = advance(self.model, spread, gate)
+            stop = advance(self.model, spread, gate, until)
         else:
-            stop = spread.advance(full, *self._gate, txid)
+            stop = spread.advance(full, *self._gate, txid, until)
         self._charge(spread, before)
         if stop is None:
             del self._spreads[txid]
             return
         node, source, at = stop
-        self.engine.schedule_at(at, self._deliver, txid, node, source)
+        if node < 0:  # the next entry is more than HORIZON_MS ahead: resume when it is due
+            self.engine.schedule_at(at, self._resume, txid)
+        else:
+            self.engine.schedule_at(at, self._deliver, txid, node, source)
+
+    def _resume(self, txid: bytes) -> None:
+        spread, raw = self._spreads[txid]
+        self._advance(txid, spread, raw)
 
     def _charge(self, spread: "Spread | KernelSpread", before: tuple[int, int, int, int]) -> None:
         """Count the messages and bytes the search sent since ``before`` (its counters then)."""
@@ -525,6 +585,7 @@ class TxFlow:
 
 __all__ = [
     "FLOW_KERNEL",
+    "HORIZON_MS",
     "ITEM_BYTES",
     "KEEP",
     "KERNEL_BUILT",
@@ -539,6 +600,7 @@ __all__ = [
     "accept",
     "advance",
     "announce",
+    "answer",
     "earliest_arrivals",
     "fetch",
     "tx_sizes",

@@ -99,7 +99,14 @@ def test_sweep_runs_each_point_and_seed_into_one_csv(
         ("1/2", "2"),
     ]
     assert "propagation_s.p90" in rows[0]
+    assert not any(k.startswith("resource.") or k == "cpu_s" for k in rows[0])
     assert (tmp_path / "o" / "sweep.png").exists()
+    with (tmp_path / "o" / "resources.csv").open() as fh:
+        costs = list(csv.DictReader(fh))
+    assert [(r["chain.sortition_c"], r["seed"]) for r in costs] == [
+        (r["chain.sortition_c"], r["seed"]) for r in rows
+    ]
+    assert all(float(r["cpu_s"]) > 0 and float(r["peak_rss_mib"]) > 10 for r in costs)
 
 
 def test_sweep_with_a_missing_executor_says_how_to_install(

@@ -21,6 +21,8 @@ from simulator.scenario import ScenarioError, load_scenario
 from simulator.sim_node import SimNode
 from simulator.simulation import WALL_FIELDS, Simulation
 from simulator.txflow import (
+    HORIZON_MS,
+    PASS,
     STOP,
     Frames,
     LinkModel,
@@ -75,6 +77,53 @@ def test_line_transfer_time_at_link_rate() -> None:
     model = _model({(0, 1): 10}, [0, 0], processing_ms=2, upload=[8.0, 8.0])
     spread = earliest_arrivals(model, 0, 0.0, Sizes(inv=40, getdata=40, tx=300))
     assert spread.arrival == {0: 0.0, 1: 250.0 + 52 + 52 + 312}
+
+
+def test_a_tx_waits_behind_what_is_queued_on_the_uplink() -> None:
+    """Node 0's uplink is busy until 1,000 ms (a block it is sending): its inv, due at its
+    250 ms tick, leaves at 1,000; node 1's getdata goes over its own idle uplink; the tx
+    leaves 0 when the getdata lands. Each send books the sender's uplink (FIFO)."""
+    model = _model({(0, 1): 10}, [0, 0], processing_ms=2, upload=[8.0, 8.0])
+    model.upload_free[0] = 1000.0
+    spread = earliest_arrivals(model, 0, 0.0, Sizes(inv=40, getdata=40, tx=300))
+    inv_at = 1000.0 + 40 + 12
+    getdata_at = inv_at + 40 + 12
+    assert spread.arrival == {0: 0.0, 1: getdata_at + 300 + 12}
+    assert model.upload_free == [getdata_at + 300, inv_at + 40]  # each done sending
+
+
+def test_a_second_tx_queues_behind_the_first_on_one_uplink() -> None:
+    """Two txs node 0 takes in together go out in one tick: the second's inv item (36 bytes)
+    and its tx wait behind the first's bytes on 0's uplink, so it lands later by exactly the
+    time the first tx's bytes and its own extra item take."""
+    model = _model({(0, 1): 10}, [0, 0], upload=[8.0, INF])
+    frames = Frames()
+    sizes = Sizes(inv=40, getdata=40, tx=300)
+    spreads = [Spread(sizes, frames=frames) for _ in range(2)]
+    for spread in spreads:
+        accept(model, spread, 0, 0.0)
+    landed: dict[int, float] = {}
+    for now in range(2000):  # both searches step with the clock, as TxFlow's horizon makes them
+        for i, spread in enumerate(spreads):
+            if i not in landed:
+                stop = advance(model, spread, lambda node: STOP, until_ms=float(now))
+                if stop is not None and stop[0] >= 0:
+                    landed[i] = stop[2]
+    # inv frame 250-290, item 290-326; 1's getdatas land at 300 and 336 (one frame, one item);
+    # tx 1 leaves at 326 (the uplink busy until then) to 626, lands 636; tx 2 leaves at 626
+    assert landed == {0: 636.0, 1: 936.0}
+
+
+def test_the_search_pauses_at_its_horizon() -> None:
+    """``until_ms``: the search stops before an entry later than that and says when it is."""
+    model = _model({(0, 1): 10, (1, 2): 10}, [0, 0, 0])
+    spread = Spread(Sizes(0, 0, 0))
+    accept(model, spread, 0, 0.0)
+    assert advance(model, spread, lambda node: PASS, until_ms=100.0) == (-1, -1, 250.0)
+    assert spread.tick == {}
+    assert advance(model, spread, lambda node: PASS, until_ms=265.0) == (-1, -1, 270.0)
+    assert advance(model, spread, lambda node: PASS) is None
+    assert spread.arrival == {0: 0.0, 1: 280.0, 2: 530.0}
 
 
 def test_star_centre_relays_to_the_leaves() -> None:
@@ -249,3 +298,30 @@ def test_a_node_that_refuses_a_tx_does_not_pass_it_on(tx_relay: str) -> None:
     holders = {node for _, node in admitted}
     assert holders == set(range(12)), "every node admits one of the two"
     assert len(admitted) == 12
+
+
+def test_flow_books_the_networks_uplinks_and_never_runs_ahead_of_its_horizon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a run the flow queues on the very uplinks the block messages use, and every send it
+    books starts at most ``HORIZON_MS`` after the clock (so a block sent now waits only for
+    bytes due within that horizon). The Python search is spied on; the kernel gives the same
+    run (tests/simulator/test_txflow_kernel.py)."""
+    monkeypatch.setattr(txflow, "FLOW_KERNEL", "python")
+    sim = _scenario("flow")
+    flow = sim.txflow
+    assert flow is not None
+    assert flow.kernel == "python"
+    assert flow.model.upload_free is sim.network.upload_free
+    original = flow.model.send
+    ahead: list[float] = []
+
+    def spy(src: int, dst: int, size: int, at_ms: float) -> float:
+        ahead.append(at_ms - sim.engine.now_ms)
+        return original(src, dst, size, at_ms)
+
+    flow.model.send = spy  # type: ignore[method-assign]
+    sim.run()
+    assert len(ahead) > 1000
+    assert min(ahead) >= 0.0
+    assert max(ahead) <= HORIZON_MS + 1e-9

@@ -2,10 +2,12 @@
 
 Random graphs of several sizes and seeds (latencies drawn as floats or as small integers so that
 many entries tie in time, finite and infinite link rates, random and integer tick phases,
-refusing nodes), one tx at a time and several txs interleaved over shared frames with pruning:
-the same arrival times (exact float equality), sources, ticks, labels, entry counts, message and
-frame counts, frames remembered, and the same knowledge at relay-only nodes. Then a short
-simulation with ``network.tx_relay = "flow"`` gives the same metrics and events either way.
+refusing nodes, uplinks idle or with a queue already booked), one tx at a time and several txs
+interleaved over shared frames and one shared uplink queue (``upload_free``) with pruning and
+pauses at a moving horizon: the same arrival times (exact float equality), sources, ticks,
+labels, entry counts, message and frame counts, frames remembered, the same knowledge at
+relay-only nodes and the same uplink bookings to the bit. Then a short simulation with
+``network.tx_relay = "flow"`` gives the same metrics and events either way.
 """
 
 import gc
@@ -41,6 +43,7 @@ from .test_txflow import _scenario
 
 if txflow.KERNEL_BUILT:
     from simulator._flow import Frames as KFrames
+    from simulator._flow import Model as KModel
     from simulator._flow import Spread as KSpread
 
 pytestmark = pytest.mark.skipif(
@@ -49,11 +52,13 @@ pytestmark = pytest.mark.skipif(
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _graph(n: int, seed: int, ties: bool = False) -> LinkModel:
+def _graph(n: int, seed: int, ties: bool = False, queued: bool = False) -> LinkModel:
     """A connected random graph: a random tree plus extra links, about 8 links a node.
 
     ``ties``: latencies and phases on a 5 ms grid, unlimited rates and no processing, so that
-    many entries of all kinds fall at equal times (their order is then (kind, seq))."""
+    many entries of all kinds fall at equal times (their order is then (kind, seq)).
+    ``queued``: about half the uplinks are busy already (``upload_free`` up to 3 s), so sends
+    wait behind a queue; else all are free at 0."""
     rnd = random.Random(seed)
     edges: set[tuple[int, int]] = set()
     for v in range(1, n):
@@ -85,8 +90,18 @@ def _graph(n: int, seed: int, ties: bool = False) -> LinkModel:
         asked.append(node)
         return phase_of[node]
 
+    free = [0.0] * n
+    if queued:  # its own generator: the graph is the same queued or not
+        qrnd = random.Random(seed * 7919 + 1)
+        free = [qrnd.uniform(0.0, 3000.0) if qrnd.random() < 0.5 else 0.0 for _ in range(n)]
     model = LinkModel(
-        neighbours, latency, upload, download, 0.0 if ties else rnd.choice((0.0, 2.0, 0.37)), phase
+        neighbours,
+        latency,
+        upload,
+        download,
+        0.0 if ties else rnd.choice((0.0, 2.0, 0.37)),
+        phase,
+        free,
     )
     model.asked = asked  # type: ignore[attr-defined]
     return model
@@ -114,24 +129,37 @@ def _exact(a: dict[int, float], b: dict[int, float]) -> None:
     assert {k: v.hex() for k, v in a.items()} == {k: float(v).hex() for k, v in b.items()}
 
 
+def _same_uplinks(c: LinkModel, py: LinkModel) -> None:
+    """The uplink queues both searches booked: floats, bit-equal, in the LinkModel's own list
+    (the one the kernel wrote in place)."""
+    assert c.kernel().upload_free is c.upload_free
+    assert all(type(x) is float for x in c.upload_free)
+    assert [x.hex() for x in c.upload_free] == [x.hex() for x in py.upload_free]
+
+
 GRAPHS = [(2, 1), (10, 2), (10, 3), (60, 4), (60, 5), (300, 6), (1000, 7)]
 
 
+@pytest.mark.parametrize("queued", [False, True])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize(("n", "seed"), GRAPHS)
-def test_one_tx_search_is_identical(n: int, seed: int, ties: bool) -> None:
+def test_one_tx_search_is_identical(n: int, seed: int, ties: bool, queued: bool) -> None:
     rnd = random.Random(seed * 31 + ties)
+    booked = 0
     for trial in range(4):
-        model = _graph(n, seed, ties)
+        model = _graph(n, seed, ties, queued)
         refuses = frozenset(rnd.sample(range(n), k=rnd.randrange(n // 3 + 1)))
         origin = rnd.randrange(n)
         start = rnd.choice((0.0, 17.5, rnd.uniform(0, 5000), 250.0))
         sizes = Sizes(rnd.randrange(40, 400), rnd.randrange(40, 400), rnd.randrange(100, 5000))
         if trial == 0:
             sizes, refuses = Sizes(0, 0, 0), frozenset()
+        before = list(model.upload_free)
         py = earliest_arrivals(model, origin, start, sizes, refuses, kernel=False)
+        booked += model.upload_free != before
         asked_py = list(model.asked)  # type: ignore[attr-defined]
-        fresh = _graph(n, seed, ties)
+        fresh = _graph(n, seed, ties, queued)
+        assert fresh.upload_free == before
         c = earliest_arrivals(fresh, origin, start, sizes, refuses, kernel=True)
         assert isinstance(py, Spread)
         assert isinstance(c, KSpread)
@@ -142,6 +170,8 @@ def test_one_tx_search_is_identical(n: int, seed: int, ties: bool) -> None:
         # the phases asked, in the same order (a node's phase makes its relay port in the sim)
         assert fresh.asked == asked_py  # type: ignore[attr-defined]
         assert c.pending == 0
+        _same_uplinks(fresh, model)
+    assert booked == 0 if ties else n < 10 or booked >= 3  # finite rates book (not trial 0)
 
 
 def _drive(
@@ -153,10 +183,13 @@ def _drive(
     refused: Callable[[bytes, int], bool],
     preknown: dict[bytes, set[int]],
     prune_every: int,
-) -> tuple[list[tuple[object, ...]], object, tuple[object, object]]:
+    horizon: float = math.inf,
+) -> tuple[list[tuple[object, ...]], object, tuple[object, object], list[str]]:
     """Several txs spread interleaved, as TxFlow runs them: each stops at full nodes, whose
-    verdict (``refused``) is given at the next round; relay-only nodes learn through a
-    Knowledge (its own learn, or a learn function, or a gate function)."""
+    verdict (``refused``) is given at the next round, or pauses before an entry after round
+    times ``horizon`` ms (it goes on at the next round); relay-only nodes learn through a
+    Knowledge (its own learn, or a learn function, or a gate function). All book the model's
+    one ``upload_free`` list (returned as hex)."""
     n = len(model.neighbours)
     knowledge = Knowledge(n)
     for txid, nodes in preknown.items():
@@ -185,7 +218,7 @@ def _drive(
             txid = plan[i][0]
             spread = spreads[i]
             stop = stops[i]
-            if stop is not None:  # the verdict of the full node it waits for
+            if stop is not None and stop[0] >= 0:  # the verdict of the full node it waits for
                 node, _, at = stop
                 spread.waiting = -1
                 if not refused(txid, node):
@@ -199,14 +232,20 @@ def _drive(
                     return STOP
                 return PASS if knowledge.learn(node, txid) else KEEP
 
+            until = rounds * horizon
             if isinstance(spread, Spread):
-                stop = advance(model, spread, gate)
+                stop = advance(model, spread, gate, until)
             elif how == "knowledge":
-                stop = spread.advance(full, 3, knowledge, txid)
+                stop = spread.advance(full, 3, knowledge, txid, until)
             elif how == "learn":
-                stop = spread.advance(full, 2, knowledge.learn, txid)
-            else:
+                stop = spread.advance(full, 2, knowledge.learn, txid, until)
+            elif until == math.inf:  # the default
                 stop = spread.advance(0, 0, gate)
+            else:
+                stop = spread.advance(0, 0, gate, None, until)
+            if stop is not None and stop[0] < 0:  # paused: the next entry is after until
+                assert stop[:2] == (-1, -1)
+                assert stop[2] > until
             stops[i] = stop
             trace.append((i, stop, spread.invs, spread.inv_frames))
             if stop is None:
@@ -231,12 +270,18 @@ def _drive(
         trace + [_labels(s) for s in spreads],
         (knowledge.holders, knowledge.everywhere),
         snapshot,
+        [x.hex() for x in model.upload_free],
     )
 
 
+@pytest.mark.parametrize("horizon", [math.inf, 150.0])
 @pytest.mark.parametrize("how", ["knowledge", "learn", "gate"])
-@pytest.mark.parametrize(("n", "seed"), [(10, 11), (60, 12), (300, 13), (300, 14)])
-def test_interleaved_txs_share_frames_identically(n: int, seed: int, how: str) -> None:
+@pytest.mark.parametrize(("n", "seed"), [(10, 11), (60, 12), (300, 13), (300, 14), (300, 15)])
+def test_interleaved_txs_share_frames_identically(
+    n: int, seed: int, how: str, horizon: float
+) -> None:
+    """Seeds 11, 13, 15: finite rates, so every send books the one shared ``upload_free``
+    (15: a queue booked before); 12, 14: ties."""
     rnd = random.Random(seed)
     ties = seed % 2 == 0
     txs = 12
@@ -257,14 +302,107 @@ def test_interleaved_txs_share_frames_identically(n: int, seed: int, how: str) -
     def refused(txid: bytes, node: int) -> bool:
         return (txid[0] ^ salt[0] ^ node) % 5 == 0
 
+    queued = seed == 15
+    idle = [x.hex() for x in _graph(n, seed, ties, queued).upload_free]
     py, c = (
-        _drive(_graph(n, seed, ties), kernel, plan, full, how, refused, preknown, prune_every=3)
+        _drive(
+            _graph(n, seed, ties, queued),
+            kernel,
+            plan,
+            full,
+            how,
+            refused,
+            preknown,
+            prune_every=3,
+            horizon=horizon,
+        )
         for kernel in (False, True)
     )
     assert any(t[0] == "pruned" and t[2] < t[1] for t in py[0])  # type: ignore[operator]
+    paused = [t for t in py[0] if isinstance(t[1], tuple) and t[1][0] == -1]
+    assert bool(paused) == (horizon < math.inf)
     assert c[0] == py[0]
     assert c[1] == py[1]
     assert c[2] == py[2]
+    assert c[3] == py[3]
+    assert (py[3] != idle) == (not ties)  # the finite rates booked the queue
+
+
+@pytest.mark.parametrize(("n", "seed", "ties"), [(60, 4, False), (60, 5, True), (300, 6, False)])
+def test_a_search_pauses_at_until_identically(n: int, seed: int, ties: bool) -> None:
+    """``advance(..., until_ms)`` stops before the first entry after ``until_ms`` without
+    taking it, ``(-1, -1, its time)``, in both searches at the same points; called again with
+    the same ``until_ms`` it returns the same; the search then goes on from there, through the
+    full nodes' stops, to the same end and the same uplink bookings."""
+    runs: list[
+        tuple[list[tuple[float, tuple[int, int, float] | None, int]], object, list[str]]
+    ] = []
+    for kernel in (False, True):
+        model = _graph(n, seed, ties, queued=not ties)
+        full = n // 6
+        sizes = Sizes(61, 61, 400)
+        py = Spread(sizes, frames=Frames())
+        ks = KSpread(model.kernel(), sizes, KFrames()) if kernel else None
+        if ks is None:
+            accept(model, py, 1, 40.0)
+        else:
+            ks.accept(1, 40.0)
+
+        def gate(node: int, full: int = full) -> int:
+            return STOP if node < full else PASS
+
+        trace: list[tuple[float, tuple[int, int, float] | None, int]] = []
+        until = 40.0
+        while True:
+            if ks is None:
+                stop = advance(model, py, gate, until)
+                pending = len(py.heap)
+            else:
+                stop = ks.advance(full, 1, None, None, until)
+                pending = ks.pending
+            trace.append((until, stop, pending))
+            if stop is None:
+                break
+            node, source, at = stop
+            if node < 0:
+                assert (source, at > until) == (-1, True)
+                again = (
+                    advance(model, py, gate, until)
+                    if ks is None
+                    else ks.advance(full, 1, None, None, until)
+                )
+                assert again == stop  # nothing was taken
+                assert (len(py.heap) if ks is None else ks.pending) == pending
+                until = at + 17.0 if len(trace) % 3 else at  # exactly at it: it is taken
+            else:
+                if ks is None:
+                    py.waiting = -1
+                    accept(model, py, node, at)
+                else:
+                    ks.waiting = -1
+                    ks.accept(node, at)
+        spread: Spread | KSpread = py if ks is None else ks
+        runs.append((trace, _labels(spread), [x.hex() for x in model.upload_free]))
+    assert runs[1] == runs[0]
+    stops = [stop for _, stop, _ in runs[0][0] if stop is not None]
+    assert sum(1 for stop in stops if stop[0] == -1) >= 5  # pauses
+    assert sum(1 for stop in stops if stop[0] >= 0) >= 2  # full nodes' stops
+
+
+def test_the_kernel_model_books_its_own_list_by_default() -> None:
+    """Without ``upload_free`` the kernel's Model books a list of its own, all free at 0, as
+    LinkModel's default; anything but a list is refused."""
+    model = _graph(10, 2)
+    kmodel = KModel(model.neighbours, model.latency, model.upload, model.download, 0.0, float)
+    assert kmodel.upload_free == [0.0] * 10
+    assert all(type(x) is float for x in kmodel.upload_free)
+    spread = KSpread(kmodel, Sizes(61, 61, 250))
+    spread.accept(0, 0.0)
+    assert spread.advance(0, 1, None) is None
+    assert kmodel.upload_free != [0.0] * 10  # graph 2 has finite rates
+    assert kmodel.upload_free is kmodel.upload_free
+    with pytest.raises(TypeError):
+        KModel(model.neighbours, model.latency, model.upload, model.download, 0.0, float, (0.0,))  # type: ignore[arg-type]
 
 
 def test_a_finished_spread_keeps_about_28_bytes_a_node() -> None:
