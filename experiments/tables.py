@@ -4,6 +4,7 @@
     python experiments/tables.py stale out/stale/sweep.csv
     python experiments/tables.py assignment out/assignment_n/sweep.csv [--delay-s 0.16]
     python experiments/tables.py spread out/assignment/sweep.csv --by chain.sortition_c
+    python experiments/tables.py capacity out/cap10k/sweep.csv --nodes 10000 --duration 60
 
 ``bandwidth``: steady-state (second-half) offered and confirmed tx/s, latency, stale rate,
 propagation, duplicates and the mean upload utilisation ``bytes_sent`` x 8 / (nodes x duration x
@@ -12,6 +13,10 @@ ones), its binomial SE, and the delay implied by f = 1 - exp(-delta / tau). ``as
 C2 beside the run, with the mean wait estimated as p50 / ln 2 (exponential) and the product
 waste x mean wait, which both C1 (refined) and C2 predict to be delta. ``spread``: the seed
 spread of a sweep with several seeds, one line per grid point, each metric as mean [min, max].
+``capacity``: per run, offered and confirmed tx/s (whole run and second half), confirmed /
+offered in the second half, latency p50/p90, stale and duplicate rates, block propagation p90,
+bytes sent per node per second, and, from the ``resources.csv`` beside the CSV, CPU seconds and
+peak RSS.
 """
 
 import argparse
@@ -53,6 +58,33 @@ def bandwidth(rows: list[Row], extra: Sequence[str] = ()) -> list[str]:
             f"| {_f(r, 'confirmation_latency_s.p50'):.2f} "
             f"| {_f(r, 'confirmation_latency_s.p90'):.2f} | {_f(r, 'stale_milestone_rate'):.3f} "
             f"| {_f(r, 'propagation_s.p90'):.2f} | {_f(r, 'duplicate_tx_rate'):.3f} | {util:.3f} |"
+        )
+    return out
+
+
+def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | None) -> list[str]:
+    out = [
+        "| protocol | offered tps | confirmed (whole run) | offered (2nd half) "
+        "| confirmed (2nd half) | confirmed / offered | latency p50 s | p90 s "
+        "| stale milestones | duplicate rate | propagation p90 s | kB/s sent per node "
+        "| CPU s | peak RSS GiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, r in enumerate(rows):
+        cost = costs[i] if i < len(costs) else {}
+        seconds = duration_s if duration_s else _f(r, "duration_s")
+        o2, c2 = _f(r, "offered_tps_second_half"), _f(r, "throughput_tps_second_half")
+        per_node = _f(r, "bytes_sent") / (nodes * seconds) / 1000
+        cpu = f"{float(cost['cpu_s']):,.0f}" if "cpu_s" in cost else "-"
+        rss = f"{float(cost['peak_rss_mib']) / 1024:.1f}" if "peak_rss_mib" in cost else "-"
+        out.append(
+            f"| {r.get('protocol', '(file)')} | {_f(r, 'offered_tps'):,.0f} "
+            f"| {_f(r, 'throughput_tps'):,.0f} | {o2:,.0f} | {c2:,.0f} "
+            f"| {c2 / o2 if o2 else 0.0:.2f} "
+            f"| {_f(r, 'confirmation_latency_s.p50'):.2f} "
+            f"| {_f(r, 'confirmation_latency_s.p90'):.2f} "
+            f"| {_f(r, 'stale_milestone_rate'):.3f} | {_f(r, 'duplicate_tx_rate'):.3f} "
+            f"| {_f(r, 'propagation_s.p90'):.2f} | {per_node:,.1f} | {cpu} | {rss} |"
         )
     return out
 
@@ -148,7 +180,7 @@ def spread(rows: list[Row], by: Sequence[str], metrics: Sequence[str]) -> list[s
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["bandwidth", "stale", "assignment", "spread"])
+    parser.add_argument("kind", choices=["bandwidth", "stale", "assignment", "spread", "capacity"])
     parser.add_argument("csv", type=Path)
     parser.add_argument("--extra", nargs="*", default=[], help="bandwidth: leading columns")
     parser.add_argument("--by", nargs="*", default=[], help="spread: the grid columns")
@@ -158,8 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=["duplicate_tx_rate", "mempool_wait_s.p50", "throughput_tps", WASTE_X_WAIT],
         help=f"spread: metric columns ({WASTE_X_WAIT} = duplicates x p50 / ln 2)",
     )
-    parser.add_argument("--nodes", type=int, default=20, help="stale: nodes of the runs")
-    parser.add_argument("--duration", type=float, default=240.0, help="stale: seconds")
+    parser.add_argument("--nodes", type=int, default=20, help="stale, capacity: nodes per run")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="stale (default 240), capacity: seconds"
+    )
     parser.add_argument("--block-rate", type=float, default=8.0, help="assignment: lambda")
     parser.add_argument("--delay-s", type=float, default=0.16, help="assignment: delta of C1")
     parser.add_argument(
@@ -171,7 +205,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind == "bandwidth":
         lines = bandwidth(rows, args.extra)
     elif args.kind == "stale":
-        lines = stale(rows, args.nodes, args.duration)
+        lines = stale(rows, args.nodes, 240.0 if args.duration is None else args.duration)
+    elif args.kind == "capacity":
+        costs: list[Row] = []
+        resources = args.csv.parent / "resources.csv"
+        if resources.exists():
+            with resources.open(encoding="utf-8") as fh:
+                costs = list(csv.DictReader(fh))
+        lines = capacity(rows, costs, args.nodes, args.duration)
     elif args.kind == "spread":
         lines = spread(rows, args.by, args.metrics)
     else:

@@ -309,6 +309,29 @@ def test_tables_bandwidth_utilisation_and_steady_state(
     assert row[-1] == "0.050 |"  # 75 MB x 8 / (20 nodes x 120 s x 5 Mbit/s)
 
 
+def test_tables_capacity_reads_the_runs_and_their_resources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = _load_script("tables")
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text(
+        "load.tps,protocol,seed,offered_tps,throughput_tps,offered_tps_second_half,"
+        "throughput_tps_second_half,confirmation_latency_s.p50,confirmation_latency_s.p90,"
+        "stale_milestone_rate,duplicate_tx_rate,propagation_s.p90,bytes_sent\n"
+        "1024,sdag,1,900,700,1000,800,3,6,0.1,0.05,0.5,6000000000\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "resources.csv").write_text(
+        "load.tps,protocol,seed,cpu_s,wall_s,peak_rss_mib,host\n1024,sdag,1,2500.4,2600,3072,h\n",
+        encoding="utf-8",
+    )
+    assert tables.main(["capacity", str(sweep), "--nodes", "10000", "--duration", "60"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split(" | ")
+    assert row[5] == "0.80"  # confirmed / offered in the second half
+    assert row[-3] == "10.0"  # 6 GB / (10,000 nodes x 60 s) = 10 kB/s
+    assert row[-2:] == ["2,500", "3.0 |"]
+
+
 def test_ordering_lag_oldest_tip_variant_is_swapped_back() -> None:
     from dagchain import template
 
