@@ -6,9 +6,10 @@ parameters, and an evaluated level set is a pure function of its milestone's pas
 """
 
 from collections import OrderedDict
+from weakref import WeakValueDictionary
 
 from dagchain.blocks import Block, decode_block
-from dagchain.ledger import LevelSetDelta
+from dagchain.ledger import LevelSetDelta, Outpoint, UtxoEntry
 from dagchain.params import ConsensusParams
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import BlockId, TxId
@@ -111,6 +112,16 @@ class LevelSetCache:
             self._items.popitem(last=False)
 
 
+class UtxoSet(dict[Outpoint, UtxoEntry]):
+    """A best chain's unspent outputs: a plain dict that ``SharedResults`` can hold weakly.
+
+    A set registered there is shared by every Chain whose best milestone is the key and is
+    never changed again (``ChainState`` copies it before it changes its own).
+    """
+
+    __slots__ = ("__weakref__",)
+
+
 class SharedResults:
     """The core's deterministic results, computed by one Chain, read by the others of a network.
 
@@ -133,6 +144,9 @@ class SharedResults:
     - ``apply_rows``: the store rows of applying LS(M) (A2), key (M, whether the level set's own
       rows are written, Φ after the apply), a pure function of them (the delta is a pure function
       of M, the chainwork is M's snapshot's).
+    - ``utxo_set``: the UTXO set of a best chain whose head is M, key M (the ledger L(M) is a
+      pure function of M, as for ``tx_verdict``), held weakly: a set lives while some Chain is
+      on M, so the Chains of a network that agree on the best chain hold one copy of it.
     """
 
     def __init__(self, tx_capacity: int = 200_000, block_capacity: int = 100_000) -> None:
@@ -144,8 +158,9 @@ class SharedResults:
             OrderedDict()
         )
         self._accepts: OrderedDict[BlockId, dict[bytes, bytes | None]] = OrderedDict()
-        self.hits = {"tx": 0, "block": 0, "rows": 0, "accept": 0}
-        self.lookups = {"tx": 0, "block": 0, "rows": 0, "accept": 0}
+        self._utxo_sets: WeakValueDictionary[BlockId, UtxoSet] = WeakValueDictionary()
+        self.hits = {"tx": 0, "block": 0, "rows": 0, "accept": 0, "utxos": 0}
+        self.lookups = {"tx": 0, "block": 0, "rows": 0, "accept": 0, "utxos": 0}
 
     def tx_verdict(self, txid: TxId, best: BlockId) -> int | tuple[str, str] | None:
         """The fee, or (rule, message) of the rejection, of ``txid`` against ``best``.
@@ -214,4 +229,17 @@ class SharedResults:
             self._rows.popitem(last=False)
 
 
-__all__ = ["DecodeCache", "LevelSetCache", "SharedResults", "SignatureCache"]
+    def utxo_set(self, milestone: BlockId) -> UtxoSet | None:
+        """The UTXO set of the best chain ending at ``milestone``, if some Chain holds it."""
+        self.lookups["utxos"] += 1
+        found = self._utxo_sets.get(milestone)
+        if found is not None:
+            self.hits["utxos"] += 1
+        return found
+
+    def add_utxo_set(self, milestone: BlockId, utxos: UtxoSet) -> None:
+        """Record it; the caller and every later reader never change it."""
+        self._utxo_sets[milestone] = utxos
+
+
+__all__ = ["DecodeCache", "LevelSetCache", "SharedResults", "SignatureCache", "UtxoSet"]

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dagchain.blocks import Block, decode_stored_block
-from dagchain.caches import SharedResults
+from dagchain.caches import SharedResults, UtxoSet
 from dagchain.encoding import packer
 from dagchain.errors import EncodingError, StorageError
 from dagchain.history import BestChain, BestHeights, StoredMap
@@ -234,6 +234,13 @@ def _merge(wb: WriteBatch, rows: dict[bytes, bytes | None]) -> None:
             put(key, value)
 
 
+def _apply_utxos(utxos: UtxoSet, delta: LevelSetDelta) -> None:
+    """A2's change to the UTXO set: the outputs LS(M) created in, the ones it spent out."""
+    utxos.update(delta.created)
+    for op in delta.spent:
+        del utxos[op]
+
+
 class ChainState:
     """The stored chain state with a bounded in-memory mirror, and the batch writers that change it.
 
@@ -289,9 +296,13 @@ class ChainState:
         self.best_height_of = BestHeights(self.best)
         self.peer_heads: dict[BlockId, tuple[BlockId, int]] = {}
         self.pending: dict[BlockId, None] = {}
-        self.utxos: dict[Outpoint, UtxoEntry] = {}
-        """The best chain's unspent outputs (``Chain.get_utxo`` makes ``Utxo`` records of them)."""
+        self.utxos: UtxoSet = UtxoSet()
+        """The best chain's unspent outputs (``Chain.get_utxo`` makes ``Utxo`` records of them).
+
+        Replaced, not changed, while ``_utxos_shared``: then it is a ``SharedResults`` set
+        that other Chains on the same best milestone read too."""
         self.get_utxo = self.utxos.get
+        self._utxos_shared = False
         self.roots: dict[BlockId, RootRecord] = {}
         self.invalidated: set[BlockId] = set()
         self.final: BlockId = BlockId(b"")
@@ -458,10 +469,17 @@ class ChainState:
             with self.store.write_batch() as wb:
                 _merge(wb, rows)
         self.deltas.add(delta.milestone, delta, h)
-        utxos = self.utxos
-        utxos.update(delta.created)
-        for op in delta.spent:
-            del utxos[op]
+        if shared is None:
+            _apply_utxos(self.utxos, delta)
+        else:
+            utxos = shared.utxo_set(delta.milestone)
+            if utxos is None:
+                # L(M) is a pure function of M: the first Chain on M makes the set the others
+                # take; a set already shared is copied first, never changed.
+                utxos = UtxoSet(self.utxos) if self._utxos_shared else self.utxos
+                _apply_utxos(utxos, delta)
+                shared.add_utxo_set(delta.milestone, utxos)
+            self._use_utxos(utxos, True)
         for root, rec in delta.roots_after:
             self.roots[root] = rec
         for bid in delta.order:
@@ -470,6 +488,11 @@ class ChainState:
         self.best.append(delta.milestone)
         self.final = final
         self._evict(h - self.memory_window)
+
+    def _use_utxos(self, utxos: UtxoSet, shared: bool) -> None:
+        self.utxos = utxos
+        self.get_utxo = utxos.get
+        self._utxos_shared = shared
 
     @staticmethod
     def _accept_rows(
@@ -562,6 +585,8 @@ class ChainState:
             wb.delete(S.height_key(S.P_HEIGHT, h))
             chainwork = self.snapshots[parent].chainwork
             wb.put(S.HEAD, head_row(HeadRecord(parent, h - 1, chainwork, self.final)))
+        if self._utxos_shared:
+            self._use_utxos(UtxoSet(self.utxos), False)
         for op in reversed(delta.spent):
             self.utxos[op] = delta.spent[op]
         for op in delta.created:

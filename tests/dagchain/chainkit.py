@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dagchain.blocks import Block
+from dagchain.caches import SharedResults
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.errors import Reason
 from dagchain.genesis import FAUCET_SECRET
@@ -26,10 +27,15 @@ NOW_AFTER_GENESIS_MS = 10**9
 class Node:
     """A Chain on its own MemoryStore that records every block it accepted, in order."""
 
-    def __init__(self, params: ConsensusParams, store: MemoryStore | None = None) -> None:
+    def __init__(
+        self,
+        params: ConsensusParams,
+        store: MemoryStore | None = None,
+        shared_results: SharedResults | None = None,
+    ) -> None:
         self.params = params
         self.store = store if store is not None else MemoryStore()
-        self.chain = Chain(params, self.store)
+        self.chain = Chain(params, self.store, shared_results=shared_results)
         self.now_ms = params.genesis_timestamp_ms + NOW_AFTER_GENESIS_MS
         self.sent: list[Block] = []
 

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from dagchain.blocks import Block
+from dagchain.caches import SharedResults
 from dagchain.chain import Chain
 from dagchain.errors import InvalidTransaction, Reason
 from dagchain.params import DEVNET
@@ -470,3 +471,27 @@ def test_f8_invalidating_a_milestone_off_the_best_chain_changes_nothing_else() -
     node.chain.invalidate(side.id)
     assert everything(node) == before
     assert reopen(node).best_id == main[-1].id
+
+
+def test_chains_sharing_results_share_one_utxo_set_and_a_reorg_copies_it() -> None:
+    """The simulator's SharedResults (issue 23): Chains on the same best milestone read one UTXO
+    set; one that reorganises gets its own copy and leaves the other's set as it was."""
+    _, common, losing, winning = two_branch_node()
+    shared = SharedResults()
+    first, second = (Node(DEVNET, shared_results=shared) for _ in range(2))
+    for node in (first, second):
+        for block in [*common, *losing]:
+            node.submit(block)
+    assert first.chain.state.utxos is second.chain.state.utxos
+    before = dict(second.chain.utxos())
+    assert before == replay(DEVNET, [*common, *losing]).chain.utxos()
+
+    for block in winning:
+        first.submit(block)
+    assert first.chain.best_id == winning[-1].id
+    assert second.chain.utxos() == before
+    assert first.chain.utxos() == replay(DEVNET, [*common, *winning]).chain.utxos()
+    # the other way round: the second catches up and takes the first's set for W's head
+    for block in winning:
+        second.submit(block)
+    assert second.chain.state.utxos is first.chain.state.utxos

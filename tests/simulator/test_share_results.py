@@ -55,6 +55,9 @@ def _digest(sim: Simulation) -> list[str]:
             h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
         for txid in node.mempool.txids_by_fee_rate():
             h.update(txid)
+        # the in-memory UTXO set (shared between nodes on the same best milestone when on)
+        for (txid, index), (amount, address, height) in sorted(node.chain.state.utxos.items()):
+            h.update(b"%s%d,%d,%s,%d;" % (txid, index, amount, address, height))
         out.append(h.hexdigest())
     return out
 
@@ -89,6 +92,7 @@ def test_d_shape_with_relay_only_nodes_is_identical() -> None:
     assert shared.hits["tx"] > shared.lookups["tx"] / 2
     assert shared.hits["block"] > shared.lookups["block"] / 2
     assert shared.hits["rows"] > shared.lookups["rows"] / 2
+    assert shared.hits["utxos"] > shared.lookups["utxos"] / 2
 
 
 def test_selfish_miner_reorganisations_are_identical() -> None:
