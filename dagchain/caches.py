@@ -228,7 +228,6 @@ class SharedResults:
         if len(self._rows) > 256:
             self._rows.popitem(last=False)
 
-
     def utxo_set(self, milestone: BlockId) -> UtxoSet | None:
         """The UTXO set of the best chain ending at ``milestone``, if some Chain holds it."""
         self.lookups["utxos"] += 1

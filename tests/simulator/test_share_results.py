@@ -56,8 +56,8 @@ def _digest(sim: Simulation) -> list[str]:
         for txid in node.mempool.txids_by_fee_rate():
             h.update(txid)
         # the in-memory UTXO set (shared between nodes on the same best milestone when on)
-        for (txid, index), (amount, address, height) in sorted(node.chain.state.utxos.items()):
-            h.update(b"%s%d,%d,%s,%d;" % (txid, index, amount, address, height))
+        for (spent_txid, index), entry in sorted(node.chain.state.utxos.items()):
+            h.update(b"%s%d,%d,%s,%d;" % (spent_txid, index, entry[0], entry[1], entry[2]))
         out.append(h.hexdigest())
     return out
 
