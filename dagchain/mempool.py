@@ -53,8 +53,6 @@ _OrderKey = tuple[int, int, TxId, int]
 
 ``seq`` is unique, so comparisons never reach ``txid`` or ``size``; ``size`` rides along so that
 the template walk reads only the list (the walk is memory-bound at 50,000 txs)."""
-_ExpiryItem = tuple[int, int, TxId]
-"""``(arrival_ms, seq, txid)`` in a lazily cleaned min-heap."""
 _HEAP_SLACK = 64
 """Stale expiry-heap items tolerated beyond the pool size before the heap is rebuilt."""
 
@@ -94,7 +92,11 @@ class MempoolFull(MempoolError):
 
 @dataclass(frozen=True, slots=True)
 class MempoolEntry:
-    """A pool tx with the fee the caller computed (V3), its byte size and arrival order."""
+    """A pool tx with the fee the caller computed (V3), its byte size and arrival order.
+
+    Entries order by ``(arrival_ms, seq)``: the pool's expiry heap holds them themselves (no
+    tuple per tx; a simulator holds thousands of pools).
+    """
 
     tx: Transaction
     fee: int
@@ -103,6 +105,9 @@ class MempoolEntry:
     arrival_ms: int
     seq: int
     """Arrival sequence number, unique per pool: the tie-break of equal fee rates."""
+
+    def __lt__(self, other: "MempoolEntry") -> bool:
+        return (self.arrival_ms, self.seq) < (other.arrival_ms, other.seq)
 
 
 @final
@@ -135,10 +140,11 @@ class Mempool:
             raise ValueError("mempool caps and expiry must not be negative")
         self._rate_scale = 1 << (2 * self.max_bytes.bit_length())
         self._entries: dict[TxId, MempoolEntry] = {}
-        self._keys: dict[TxId, _OrderKey] = {}
         self._order: list[_OrderKey] = []
+        """Every entry's ``_order_key``, sorted (the key is recomputed, not stored twice)."""
         self._spenders: dict[Outpoint, TxId] = {}
-        self._expiry_heap: list[_ExpiryItem] = []
+        self._expiry_heap: list[MempoolEntry] = []
+        """A min-heap by arrival, cleaned lazily: an entry no longer in ``_entries`` is stale."""
         self._total_bytes = 0
         self._next_seq = 0
         self._floor: tuple[int, int, int] | None = None  # (rate_key, fee, size) of an evicted tx
@@ -267,20 +273,21 @@ class Mempool:
             excess_txs -= 1
         return victims
 
+    def _order_key(self, entry: MempoolEntry) -> _OrderKey:
+        return (-self._rate_key(entry.fee, entry.size), entry.seq, entry.tx.txid, entry.size)
+
     def _raise_floor(self, entry: MempoolEntry) -> None:
-        rate_key = -self._keys[entry.tx.txid][0]
+        rate_key = self._rate_key(entry.fee, entry.size)
         if self._floor is None or rate_key > self._floor[0]:
             self._floor = (rate_key, entry.fee, entry.size)
 
     def _insert(self, entry: MempoolEntry, rate_key: int) -> None:
         txid = entry.tx.txid
         self._entries[txid] = entry
-        key = (-rate_key, entry.seq, txid, entry.size)
-        self._keys[txid] = key
-        insort(self._order, key)
+        insort(self._order, (-rate_key, entry.seq, txid, entry.size))
         for inp in entry.tx.inputs:
             self._spenders[(inp.txid, inp.out_index)] = txid
-        heapq.heappush(self._expiry_heap, (entry.arrival_ms, entry.seq, txid))
+        heapq.heappush(self._expiry_heap, entry)
         self._total_bytes += entry.size
 
     # ------------------------------------------------------------------ removal
@@ -319,10 +326,10 @@ class Mempool:
         """Drop txs older than ``expiry_ms`` (``now_ms - arrival_ms > expiry_ms``), oldest first."""
         expired: list[TxId] = []
         heap = self._expiry_heap
-        while heap and now_ms - heap[0][0] > self.expiry_ms:
-            _, seq, txid = heapq.heappop(heap)
-            entry = self._entries.get(txid)
-            if entry is not None and entry.seq == seq:
+        while heap and now_ms - heap[0].arrival_ms > self.expiry_ms:
+            entry = heapq.heappop(heap)
+            txid = entry.tx.txid
+            if self._entries.get(txid) is entry:
                 self._remove_entry(txid)
                 expired.append(txid)
         self._after_shrink()
@@ -330,12 +337,12 @@ class Mempool:
 
     def _remove_entry(self, txid: TxId) -> None:
         entry = self._entries.pop(txid)
-        del self._order[bisect_left(self._order, self._keys.pop(txid))]
+        del self._order[bisect_left(self._order, self._order_key(entry))]
         for inp in entry.tx.inputs:
             del self._spenders[(inp.txid, inp.out_index)]
         self._total_bytes -= entry.size
         if len(self._expiry_heap) > 2 * len(self._entries) + _HEAP_SLACK:
-            self._expiry_heap = [(e.arrival_ms, e.seq, t) for t, e in self._entries.items()]
+            self._expiry_heap = list(self._entries.values())
             heapq.heapify(self._expiry_heap)
 
     def _after_shrink(self) -> None:
