@@ -105,10 +105,13 @@ _ABSENT = object()
 
 
 class _Known(gossip.KnownInventory):
-    """``KnownInventory`` that can also forget items, and filter a batch in one pass."""
+    """``KnownInventory`` that can also forget items, and filter a batch in one pass.
+
+    The simulator's ``forget_relayed`` inventories (thousands of links) are ``compact``.
+    """
 
     @property
-    def ids(self) -> "OrderedDict[bytes, None]":
+    def ids(self) -> "OrderedDict[bytes, None] | gossip.CompactLru":
         """The LRU itself, for the relay's inlined ``add`` (oldest first)."""
         return self._ids
 
@@ -188,7 +191,7 @@ class Relay:
         """``key`` completed its handshake."""
         size = self.settings.known_inventory_size
         if self._forget:
-            self.peers[key] = PeerRelay(_Known(size))
+            self.peers[key] = PeerRelay(_Known(size, compact=True))
         else:
             self.peers[key] = PeerRelay(_Known(size), announced=gossip.AnnouncedTxs(size))
 

@@ -1,6 +1,9 @@
 """Pure relay policy, scores, token bucket and bans (PROTOCOL.md §11.5-§11.7)."""
 
 import random
+from collections import OrderedDict
+
+import pytest
 
 from dagchain.crypto import hash32
 from dagchain.errors import MalformedBlock, NotYetValid, RejectedBlock
@@ -8,6 +11,7 @@ from p2p import wire
 from p2p.gossip import (
     AddrLimiter,
     BlockFetcher,
+    CompactLru,
     KnownInventory,
     TxAnnouncer,
     plan_block_relay,
@@ -42,11 +46,37 @@ def test_relay_with_few_peers_pushes_to_all_of_them() -> None:
     assert (sorted(plan.push), plan.announce) == (["a", "b"], ())
 
 
-def test_known_inventory_is_a_bounded_lru() -> None:
-    inv = KnownInventory(size=2)
+@pytest.mark.parametrize("compact", [False, True])
+def test_known_inventory_is_a_bounded_lru(compact: bool) -> None:
+    inv = KnownInventory(size=2, compact=compact)
     for item in (b"1", b"2", b"1", b"3"):
         inv.add(item)
     assert (b"1" in inv, b"2" in inv, b"3" in inv, len(inv)) == (True, False, True, 2)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compact_lru_keeps_the_order_and_evictions_of_an_ordered_dict(seed: int) -> None:
+    """The simulator's compact known inventories must relay exactly as the node's do."""
+    rng = random.Random(seed)
+    plain: OrderedDict[bytes, None] = OrderedDict()
+    compact = CompactLru()
+    for _ in range(3_000):
+        item = bytes([rng.randrange(40)])
+        op = rng.randrange(5)
+        results: list[object] = []
+        for lru in (plain, compact):
+            if op == 0 and item in lru:
+                lru.move_to_end(item)
+            elif op == 1 and lru:
+                results.append(lru.popitem(last=False))
+            elif op == 2:
+                results.append((lru.pop(item, None), None))
+            elif op == 3 and lru:
+                results.append(lru.popitem())
+            else:
+                lru[item] = None
+        assert list(compact) == list(plain)
+        assert results[: len(results) // 2] == results[len(results) // 2 :]
 
 
 def test_txs_are_announced_in_batches_every_250_ms() -> None:
