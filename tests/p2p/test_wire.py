@@ -272,3 +272,36 @@ def test_hello_mismatch_close_codes(hello: Hello, code: int | None) -> None:
         is_banned=lambda n: n == b"\x06" * 32,
     )
     assert got == code
+
+
+_pair_parts = st.one_of(
+    st.integers(-2, 300),
+    st.booleans(),
+    st.binary(min_size=31, max_size=33),
+    st.just(b"\x00" * 32),
+    st.text(max_size=2),
+    st.none(),
+)
+_pair_like = st.one_of(
+    st.tuples(st.integers(0, 255), st.binary(min_size=32, max_size=32)).map(list),
+    st.lists(_pair_parts, max_size=3),
+    st.tuples(st.integers(0, 255), st.binary(min_size=32, max_size=32)),
+    _pair_parts,
+)
+
+
+def _outcome(check: wire.Spec, value: object) -> object:
+    try:
+        return check(value, "inv.items")
+    except RemoteProtocolError as exc:
+        return ("error", exc.reason, exc.score, exc.close_code)
+
+
+@given(st.one_of(st.lists(_pair_like, max_size=6), _pair_parts))
+def test_inventory_pairs_check_as_the_generic_list_of_rows(value: object) -> None:
+    """The one-pass checker of inv/getdata/notfound items: same values, same errors."""
+    generic = wire._list(wire._row(wire._u8, wire._bin32), 4)
+    result = _outcome(wire._items(4), value)
+    assert result == _outcome(generic, value)
+    if type(result) is tuple and result[:1] != ("error",):
+        assert all(type(pair) is tuple for pair in result)
