@@ -20,7 +20,6 @@ from dagchain.types import Address
 from node.api.context import CTX, ApiContext, ApiError
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-_HEX_BYTES = re.compile(r"(?:[0-9a-fA-F]{2})*")
 
 
 def parse_hex32(text: str) -> bytes | None:
@@ -71,9 +70,16 @@ async def _json_body(request: web.Request) -> Any:
 def parse_hex(text: str) -> bytes | None:
     """Hex digits, two per byte, as bytes; else None.
 
-    Not ``bytes.fromhex`` alone: it skips whitespace, so "00 11" would pass as two bytes.
+    Not ``bytes.fromhex`` alone: it skips whitespace, so "00 11" would pass as two bytes. It
+    refuses everything else that is not an ASCII hex digit, so two characters per byte out
+    means no whitespace was skipped (no pattern match: one per tx of a batch, and the
+    pattern took 13 times as long on a 230-byte tx).
     """
-    return bytes.fromhex(text) if _HEX_BYTES.fullmatch(text) else None
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return None
+    return raw if 2 * len(raw) == len(text) else None
 
 
 async def raw_body(request: web.Request) -> bytes:
