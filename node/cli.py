@@ -8,6 +8,7 @@ exit status 0. This is the only module that imports uvloop.
 import argparse
 import asyncio
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -29,6 +30,11 @@ EXIT_USER_ERROR = 2
 LOCK_FILE_NAME = ".lock"
 TOKEN_FILE_NAME = "api.token"
 log = logging.getLogger("dagchain.node")
+GC_THRESHOLDS = (10_000, 10, 10)
+"""A young collection every 10,000 net allocations instead of CPython's 700 (the other two numbers
+are CPython's), so full collections over the chain and the pool come 14 times less often: with
+700, a 3-node devnet at about 1,400 tx/s spent 7-10 % of each node's CPU in the collector, half of
+it in full collections of 70-90 ms each (bench/tps.py). Cycles are freed later, not kept."""
 
 
 def package_version() -> str:
@@ -186,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(config: NodeConfig, token: str) -> int:
+    gc.set_threshold(*GC_THRESHOLDS)
     factory = _loop_factory()
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(run_node(config, token, package_version()))
