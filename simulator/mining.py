@@ -105,22 +105,38 @@ class Miner:
         if self.node.root is None:
             self.node.root = block.id
 
+    def _grind(self, template: BlockTemplate) -> tuple[Block, bool]:
+        """Solve ``template``, hand the block to our node; (block, is it a milestone)."""
+        node = self.node
+        start = self.rng.getrandbits(NONCE_BITS)
+        nonce = search_nonce(template.prefix, template.target, start, SEARCH_COUNT)
+        if nonce is None:  # pragma: no cover - 2^40 attempts at p ~ 1/100
+            raise RuntimeError("no nonce found")
+        block = template.solve(nonce)
+        node.on_deliver_block(block.id, block.raw, node.index)
+        meta = node.chain.get_meta(block.id)
+        if meta is None:  # our own honest block must be accepted
+            raise RuntimeError(f"node {node.index} did not accept its own block")
+        return block, meta.is_milestone
+
+    def register(self) -> None:
+        """``miners.warm_start``: mine our REGISTRATION block now, left out of the metrics (the
+        recorder is not told), and take it as our root; nothing if we have one."""
+        if self.node.root is not None or self.share <= 0:
+            return
+        template = self._template()
+        if template is None or not template.needs_registration:  # pragma: no cover - invariant
+            raise RuntimeError(f"node {self.node.index} has no registration template")
+        block, _ = self._grind(template)
+        self._mined(block)
+
     def _solve(self) -> None:
         self._handle = None
-        node = self.node
         template = self._template()
         if template is not None:
-            start = self.rng.getrandbits(NONCE_BITS)
-            nonce = search_nonce(template.prefix, template.target, start, SEARCH_COUNT)
-            if nonce is None:  # pragma: no cover - 2^40 attempts at p ~ 1/100
-                raise RuntimeError("no nonce found")
-            block = template.solve(nonce)
+            block, is_milestone = self._grind(template)
             self.blocks += 1
-            node.on_deliver_block(block.id, block.raw, node.index)
-            meta = node.chain.get_meta(block.id)
-            if meta is None:  # our own honest block must be accepted
-                raise RuntimeError(f"node {node.index} did not accept its own block")
-            self.sink.on_mined(node.index, block, self.engine.now_ms, meta.is_milestone)
+            self.sink.on_mined(self.node.index, block, self.engine.now_ms, is_milestone)
             self._mined(block)
         self._schedule()
 

@@ -110,6 +110,11 @@ class MinersConfig(_Table):
     """Mining nodes (the first ``count`` nodes by index, capped at ``nodes``)."""
     shares: list[float] = Field(default_factory=list)
     """Hash shares of the honest miners (normalised); empty = equal."""
+    warm_start: bool = False
+    """Each miner's REGISTRATION block (R3: it carries no payment) is mined at t = 0, before
+    the clock runs, relayed as any block, and left out of the block metrics: the run starts
+    with every peer chain registered. Without it, a run with many miners first spends ~N·ln N
+    blocks on registrations (docs/experiments.md, "Capacity at 10,000 nodes")."""
 
 
 class LoadConfig(_Table):
@@ -298,6 +303,8 @@ def build_scenario(data: dict[str, Any]) -> Scenario:
             )
         if attack.share <= 0:
             raise ScenarioError(f"attack.kind = {attack.kind} needs attack.share > 0")
+    if scenario.miners.warm_start and attack.kind != "none":
+        raise ScenarioError("miners.warm_start registers honest miners only: no attack.kind")
     _check_late_nodes(scenario)
     net = scenario.network
     if net.tx_relay == "flow" and (net.relay != "node" or net.late_nodes):

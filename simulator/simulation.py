@@ -360,6 +360,9 @@ class Simulation:
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         """Mine and offer txs for ``duration_s``, drain the network, compute the metrics."""
         started = time.perf_counter()
+        if self.scenario.miners.warm_start:
+            for index in sorted(self.miners):
+                self.miners[index].register()
         for miner in self.miners.values():
             miner.start()
         self.load.start()
