@@ -22,8 +22,8 @@ blocks (``state.json``) and its blocks in those level sets with their VALID and 
 where the repeat inclusions came from (miner pairs on one node or two, the timestamp gap between
 the blocks of the VALID copy and the repeat); then the load generator's summary (offered and
 confirmed TPS, latency percentiles, duplicate rate) and the datadir line, as before.
-``--profile`` records a py-spy profile of node0 and node1 during the load (needs ``py-spy`` on
-PATH); ``--blocks-json`` writes the walked blocks for offline analysis.
+``--profile`` records a py-spy profile of node0, node1 and the load generator during the load
+(needs ``py-spy`` on PATH); ``--blocks-json`` writes the walked blocks for offline analysis.
 
 A paced miner (``--rate``) mines at a fixed period, not as a Poisson process, so two miners keep the
 relative phase their start gave them: miners in phase on nodes that receive the same relay batch
@@ -399,7 +399,7 @@ def main() -> int:
                 started = time.monotonic()
                 spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(PY).parent))
                 if args.profile and spy:
-                    for name in ("node0", "node1")[: args.nodes]:
+                    for name in (*("node0", "node1")[: args.nodes], "load"):
                         prof = root / f"{name}.profile.txt"
                         spies.append(
                             subprocess.Popen(

@@ -3,7 +3,6 @@
 import hashlib
 from collections.abc import Sequence
 
-from coincurve import PrivateKey
 from coincurve._libsecp256k1 import ffi as _ffi
 from coincurve._libsecp256k1 import lib as _lib
 from coincurve.context import GLOBAL_CONTEXT
@@ -68,14 +67,58 @@ def verify_schnorr(pubkey: bytes, signature: bytes, message: bytes) -> bool:
     return bool(_lib.secp256k1_schnorrsig_verify(_CTX, signature, message, 32, key))
 
 
+class SchnorrKey:
+    """A secret key as a libsecp256k1 keypair: its x-only public key and BIP340 signatures.
+
+    One point multiplication makes the keypair and one more each signature (then a verification,
+    as coincurve's ``PrivateKey.sign_schnorr`` does, against faults). ``PrivateKey(secret)``
+    computes two public keys on construction, and its ``sign_schnorr`` makes the keypair again:
+    a one-input payment signed through it cost about nine point operations instead of four,
+    most of the load generator's CPU (docs/benchmarks.md, "Node CPU per tx").
+
+    Raises:
+        ValueError: the secret is not a valid secp256k1 scalar (0 or at least the group order),
+            or not 32 bytes.
+    """
+
+    __slots__ = ("_keypair", "_xonly", "xonly")
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) != 32:
+            raise ValueError("a secret key is 32 bytes")
+        keypair = _ffi.new("secp256k1_keypair *")
+        if not _lib.secp256k1_keypair_create(_CTX, keypair, secret):
+            raise ValueError("the secret key is not a valid secp256k1 scalar")
+        xonly = _ffi.new("secp256k1_xonly_pubkey *")
+        if not _lib.secp256k1_keypair_xonly_pub(_CTX, xonly, _ffi.NULL, keypair):
+            raise ValueError("no public key for this secret")  # pragma: no cover - valid keypair
+        out = _ffi.new("unsigned char[32]")
+        _lib.secp256k1_xonly_pubkey_serialize(_CTX, out, xonly)
+        self._keypair = keypair
+        self._xonly = xonly
+        self.xonly = bytes(_ffi.buffer(out, 32))
+        """The 32-byte x-only public key."""
+
+    def sign(self, message: bytes, aux_rand: bytes) -> bytes:
+        """BIP340 signature of a 32-byte message; ``aux_rand``: 32 fresh random bytes (T6)."""
+        if len(message) != 32 or len(aux_rand) != 32:
+            raise ValueError("BIP340 signs a 32-byte message with 32 bytes of aux_rand")
+        sig = _ffi.new("unsigned char[64]")
+        if not _lib.secp256k1_schnorrsig_sign32(_CTX, sig, message, self._keypair, aux_rand):
+            raise ValueError("signing failed")  # pragma: no cover - valid keypair
+        if not _lib.secp256k1_schnorrsig_verify(_CTX, sig, message, 32, self._xonly):
+            raise ValueError("the signature does not verify")  # pragma: no cover - a fault
+        return bytes(_ffi.buffer(sig, 64))
+
+
 def sign_schnorr(secret: bytes, message: bytes, aux_rand: bytes) -> bytes:
     """BIP340 signature; callers pass 32 fresh random bytes as ``aux_rand`` (T6)."""
-    return bytes(PrivateKey(secret).sign_schnorr(message, aux_rand))
+    return SchnorrKey(secret).sign(message, aux_rand)
 
 
 def xonly_pubkey(secret: bytes) -> bytes:
     """The 32-byte x-only public key of a secret key."""
-    return bytes(PrivateKey(secret).public_key_xonly.format())
+    return SchnorrKey(secret).xonly
 
 
 # --- bech32m (BIP350), data = the 32 address bytes converted 8 -> 5 bits, no version (E8) ---
@@ -156,6 +199,7 @@ def decode_address(hrp: str, text: str) -> Address:
 
 __all__ = [
     "ZERO_HASH",
+    "SchnorrKey",
     "address_from_pubkey",
     "decode_address",
     "encode_address",

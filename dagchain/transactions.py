@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Final
 
-from dagchain.crypto import sign_schnorr, verify_schnorr, xonly_pubkey
+from dagchain.crypto import SchnorrKey, verify_schnorr
 from dagchain.encoding import (
     U32,
     U64,
@@ -395,10 +395,13 @@ def sign_transaction(
     aux_rand: bytes = bytes(32),
 ) -> Transaction:
     """Build and sign a tx: ``secrets[i]`` signs input i (wallets pass fresh ``aux_rand``)."""
-    pubkeys = [xonly_pubkey(s) for s in secrets]
+    keys: dict[bytes, SchnorrKey] = {}
+    for s in secrets:
+        if s not in keys:
+            keys[s] = SchnorrKey(s)
     unsigned = make_transaction(
         kind,
-        [TxIn(t, i, pk, bytes(64)) for (t, i), pk in zip(inputs, pubkeys, strict=True)],
+        [TxIn(t, i, keys[s].xonly, bytes(64)) for (t, i), s in zip(inputs, secrets, strict=True)],
         outputs,
     )
     prefix = sighash_prefix(unsigned, params)
@@ -406,7 +409,7 @@ def sign_transaction(
     for index, (inp, secret) in enumerate(zip(unsigned.inputs, secrets, strict=True)):
         h = prefix.copy()
         h.update(index.to_bytes(4, "little"))
-        sig = sign_schnorr(secret, h.digest(), aux_rand)
+        sig = keys[secret].sign(h.digest(), aux_rand)
         signed.append(TxIn(inp.txid, inp.out_index, inp.pubkey, sig))
     return make_transaction(kind, signed, outputs)
 

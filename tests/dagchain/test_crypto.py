@@ -1,11 +1,14 @@
 """Merkle root (§2.4), sighash E7, addresses E8, signatures T6 and the §2.6 transaction vector."""
 
 import hashlib
+import random
 
 import pytest
+from coincurve import PrivateKey
 
 from dagchain.crypto import (
     ZERO_HASH,
+    SchnorrKey,
     address_from_pubkey,
     decode_address,
     encode_address,
@@ -457,3 +460,39 @@ def test_faucet_key_vector() -> None:
     assert FAUCET_PUBKEY.hex() == G_X
     assert address_from_pubkey(FAUCET_PUBKEY).hex() == G_X_ADDRESS
     assert FAUCET_ADDRESS.hex() == G_X_ADDRESS
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_schnorr_key_signs_and_derives_as_coincurve(seed: int) -> None:
+    """SchnorrKey calls libsecp256k1 directly: the same x-only keys and BIP340 signatures as
+    coincurve's ``PrivateKey`` (deterministic for a given aux_rand), and they verify."""
+    rng = random.Random(seed)
+    for _ in range(20):
+        secret = rng.randbytes(32)
+        message, aux = rng.randbytes(32), rng.randbytes(32)
+        key = SchnorrKey(secret)
+        reference = PrivateKey(secret)
+        assert key.xonly == reference.public_key_xonly.format()
+        assert xonly_pubkey(secret) == key.xonly
+        signature = key.sign(message, aux)
+        assert signature == reference.sign_schnorr(message, aux)
+        assert sign_schnorr(secret, message, aux) == signature
+        assert verify_schnorr(key.xonly, signature, message)
+
+
+SECP256K1_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [bytes(32), SECP256K1_ORDER.to_bytes(32, "big"), b"\xff" * 32, b"\x01" * 33],
+)
+def test_schnorr_key_refuses_an_invalid_secret(secret: bytes) -> None:
+    with pytest.raises(ValueError, match="secret key"):
+        SchnorrKey(secret)
+
+
+def test_schnorr_key_signs_only_32_byte_messages() -> None:
+    key = SchnorrKey(bytes(31) + b"\x01")
+    with pytest.raises(ValueError, match="32-byte"):
+        key.sign(b"short", bytes(32))
