@@ -44,11 +44,12 @@ from dagchain.crypto import encode_address
 from dagchain.params import ConsensusParams
 from dagchain.types import Address, TxId
 from wallet.coins import (
+    Keys,
     Utxo,
     WalletError,
     address_of,
     api_error,
-    build_payment,
+    build_spend,
     fetch_utxos,
     select_coins,
 )
@@ -398,6 +399,7 @@ class _Run:
         self.source_secret = secret
         self.secrets = [os.urandom(32) for _ in range(config.accounts)]
         self.addresses = [address_of(s) for s in self.secrets]
+        self._keys: dict[bytes, Keys] = {}
         self.pool: deque[Coin] = deque()
         self.sent: dict[TxId, SentTx] = {}
         self.rejected: Counter[str] = Counter()
@@ -430,7 +432,10 @@ class _Run:
     ) -> SentTx:
         """Sign one tx and record it (before it is sent: it may be accepted whatever we hear)."""
         secret = self.secret_of(coins[0].owner)
-        tx = build_payment(self.params, secret, [c.utxo for c in coins], payments, change)
+        keys = self._keys.get(secret)
+        if keys is None:  # one address derivation per account, not one per payment
+            keys = self._keys[secret] = Keys.single(secret)
+        tx = build_spend(self.params, keys, [c.utxo for c in coins], payments, change)
         now = time.monotonic()
         sent = SentTx(tx.txid, fee, kind, now, raw=tx.raw, inputs=tuple(coins), checked_at=now)
         sent.payments = tuple(payments)
