@@ -470,6 +470,8 @@ class TxFlow:
         self.counters = counters
         self._spreads: dict[bytes, tuple[Spread | KernelSpread, bytes]] = {}
         """Txs still spreading: their search and bytes."""
+        self._resumes: dict[bytes, int] = {}
+        """Txs whose search paused at its horizon: the handle of the resume event."""
         self._delivering: bytes | None = None
         self.kernel: Final = FLOW_KERNEL if kernel is None else ("c" if kernel else "python")
         """The search in use: ``"c"`` or ``"python"``."""
@@ -505,10 +507,17 @@ class TxFlow:
             self._accept(spread, node, now)
             self._advance(txid, spread, raw)
             return
+        # Admitted at a second node while it spreads (offered twice, or put back by a
+        # reorganisation): the node joins the running search. A search paused at its horizon
+        # resumes now, so the node's own sends keep their time; one waiting for a full node's
+        # verdict goes on after that verdict (the new node's sends wait at most until then).
         spread = found[0]
         self._accept(spread, node, now)
-        if self._delivering != txid and spread.waiting < 0:  # pragma: no cover - no such path
-            self._advance(txid, spread, raw)
+        if self._delivering != txid:
+            handle = self._resumes.pop(txid, None)
+            if handle is not None:
+                self.engine.cancel(handle)
+                self._advance(txid, spread, raw)
 
     def _accept(self, spread: "Spread | KernelSpread", node: int, now: float) -> None:
         if isinstance(spread, Spread):
@@ -538,11 +547,12 @@ class TxFlow:
             return
         node, source, at = stop
         if node < 0:  # the next entry is more than HORIZON_MS ahead: resume when it is due
-            self.engine.schedule_at(at, self._resume, txid)
+            self._resumes[txid] = self.engine.schedule_at(at, self._resume, txid)
         else:
             self.engine.schedule_at(at, self._deliver, txid, node, source)
 
     def _resume(self, txid: bytes) -> None:
+        del self._resumes[txid]
         spread, raw = self._spreads[txid]
         self._advance(txid, spread, raw)
 

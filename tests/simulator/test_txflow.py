@@ -325,3 +325,50 @@ def test_flow_books_the_networks_uplinks_and_never_runs_ahead_of_its_horizon(
     assert len(ahead) > 1000
     assert min(ahead) >= 0.0
     assert max(ahead) <= HORIZON_MS + 1e-9
+
+
+@pytest.mark.parametrize("kernel", ["python", "c"])
+def test_a_tx_admitted_at_a_second_node_while_it_spreads_joins_its_search(
+    kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same tx offered at two full nodes 1 ms apart (a wallet that submits twice, or a tx
+    a reorganisation puts back while it still spreads): the second admission joins the running
+    search, which then reaches every node once. It used to schedule a second search chain,
+    and the finished spread's leftover resume raised KeyError."""
+    if kernel == "c" and not txflow.KERNEL_BUILT:
+        pytest.skip("simulator._flow is not built")
+    monkeypatch.setattr(txflow, "FLOW_KERNEL", kernel)
+    sets = [
+        'network.delay="fixed:0.05"',
+        'network.topology="ring"',
+        "miners.count=1",
+        'network.tx_relay="flow"',
+    ]
+    sim = Simulation(load_scenario(None, sets, nodes=12, duration_s=3, seed=2))
+    params, genesis = sim.params, sim.observer.chain.genesis_id
+    tx = sign_transaction(
+        TxKind.TRANSFER,
+        [(TxId(genesis), 0)],
+        [TxOut(params.faucet_amount - 1_000, FAUCET_ADDRESS)],
+        [FAUCET_SECRET],
+        params,
+    )
+
+    def offer(node: SimNode) -> None:
+        assert node.offer_tx(tx.txid, tx.raw) is None
+
+    sim.engine.schedule_at(10.0, offer, sim.full_nodes[0])
+    sim.engine.schedule_at(11.0, offer, sim.full_nodes[6])
+    deliveries: list[int] = []
+    original = SimNode.on_deliver_tx
+
+    def spy(self: SimNode, txid: TxId, raw: bytes, src: int) -> None:
+        deliveries.append(self.index)
+        original(self, txid, raw, src)
+
+    monkeypatch.setattr(SimNode, "on_deliver_tx", spy)
+    sim.run()
+    flow = sim.txflow
+    assert flow is not None
+    assert flow.spreading == 0
+    assert sorted(deliveries) == [i for i in range(12) if i not in (0, 6)]
