@@ -125,9 +125,6 @@ class _Known(gossip.KnownInventory):
             if len(ids) > self._size:
                 ids.popitem(last=False)
 
-    def discard(self, item: bytes) -> None:
-        self._ids.pop(item, None)
-
     def unknown(self, pairs: list[tuple[bytes, tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
         """The inventory pairs of ``pairs`` (id, pair) whose id is not known, in order."""
         ids = self._ids
@@ -410,6 +407,8 @@ class Relay:
         Whoever sent it to us is in the known inventory already (so a released orphan, whose
         sender is its parent's, needs no sender).
         """
+        if self._forget:
+            return self._block_accepted_forgetting(block_id, raw)
         peers = self.peers
         plan = gossip.plan_block_relay(
             block_id,
@@ -431,8 +430,26 @@ class Relay:
             for key in plan.announce:
                 peers[key].known.add(block_id)
                 sends.append((key, inv))
-        if self._forget:
-            self._discard(block_id)
+        return sends
+
+    def _block_accepted_forgetting(self, block_id: bytes, raw: bytes) -> list[Send]:
+        """``on_block_accepted`` with ``forget_relayed``: ``gossip.plan_block_relay``'s plan
+        (the same targets in peer order, the same rng draw), in one pass over the peers that
+        also forgets the block (nothing is recorded only to be forgotten at once)."""
+        targets: list[str] = []
+        for key, peer in self.peers.items():
+            if peer.known.ids.pop(block_id, _ABSENT) is _ABSENT:
+                targets.append(key)
+        self.fetcher.on_received(block_id)
+        if not targets:
+            return []
+        push = self.rng.sample(targets, min(self.settings.relay_push, len(targets)))
+        block = wire.BlockMsg(raw)
+        sends: list[Send] = [(key, block) for key in push]
+        if len(targets) > len(push):
+            inv = wire.Inv(((BLOCK, bytes(block_id)),))
+            pushed = set(push)
+            sends += [(key, inv) for key in targets if key not in pushed]
         return sends
 
     def on_tx_accepted(self, txid: bytes, sender: str | None = None) -> None:
@@ -540,12 +557,6 @@ class Relay:
                     announced.add(txid, now_ms)
             sends.append((key, wire.Inv(tuple((TX, t) for t in chunk))))
         return sends
-
-    def _discard(self, item: bytes) -> None:
-        for peer in self.peers.values():
-            known = peer.known
-            if isinstance(known, _Known):
-                known.discard(item)
 
     # ------------------------------------------------------------------ timers
     def tick(self, now_ms: int) -> Tick:

@@ -137,6 +137,37 @@ def test_tx_flush_is_the_plain_plan_of_gossip(forget: bool, seed: int) -> None:
         assert not any(txid in p.known for p in relay.peers.values() for txid, _ in batch)
 
 
+@pytest.mark.parametrize("forget", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_block_relay_is_the_plain_plan_of_gossip(forget: bool, seed: int) -> None:
+    """``on_block_accepted`` sends exactly ``gossip.plan_block_relay``'s plan (the same rng draw,
+    pushes first, then invs in peer order), never to a peer known to have the block; with
+    ``forget_relayed`` no peer's inventory keeps the block afterwards."""
+    rng = random.Random(seed)
+    relay, inv = _relay(rng.randrange(1, 12), forget_relayed=forget)
+    keys = list(relay.peers)
+    block = _id(1000 + seed)
+    for key in rng.sample(keys, rng.randrange(len(keys) + 1)):  # they announce it to us first
+        relay.on_inv(key, wire.Inv(((BLOCK, block),)), 0)
+    for key in rng.sample(keys, rng.randrange(len(keys) + 1)):  # and other blocks
+        relay.on_inv(key, wire.Inv(((BLOCK, _id(rng.randrange(50))),)), 0)
+    knowers = {k for k, p in relay.peers.items() if block in p.known}
+    want = gossip.plan_block_relay(
+        block, keys, {k: p.known for k, p in relay.peers.items()}, None, random.Random(seed)
+    )
+    relay.rng = random.Random(seed)
+    inv.blocks[block] = b"raw"
+    sends = relay.on_block_accepted(block, b"raw")
+    assert [k for k, m in sends if isinstance(m, wire.BlockMsg)] == list(want.push)
+    assert [k for k, m in sends if isinstance(m, wire.Inv)] == list(want.announce)
+    assert not knowers & {k for k, _ in sends}
+    assert len(sends) == len(want.push) + len(want.announce)
+    if forget:
+        assert not any(block in p.known for p in relay.peers.values())
+    else:
+        assert all(block in p.known for p in relay.peers.values())
+
+
 def test_tx_inv_is_split_at_max_inv() -> None:
     relay, inv = _relay(1)
     for n in range(2500):
