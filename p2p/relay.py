@@ -110,10 +110,11 @@ class _Known(gossip.KnownInventory):
     The simulator's ``forget_relayed`` inventories (thousands of links) are ``compact``.
     """
 
-    @property
-    def ids(self) -> "OrderedDict[bytes, None] | gossip.CompactLru":
-        """The LRU itself, for the relay's inlined ``add`` (oldest first)."""
-        return self._ids
+    def __init__(self, size: int = gossip.KNOWN_INVENTORY_SIZE, compact: bool = False) -> None:
+        super().__init__(size, compact)
+        self.ids: OrderedDict[bytes, None] | gossip.CompactLru = self._ids
+        """The LRU itself, for the relay's inlined ``add`` (oldest first): an attribute, not a
+        property (read once per peer on the block relay's hot path)."""
 
     def add(self, item: bytes) -> None:
         """As ``KnownInventory.add``, with one dict operation for an item already known."""

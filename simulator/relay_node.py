@@ -135,7 +135,9 @@ class RelayNode:
 
     def has_block(self, block_id: bytes) -> bool:
         """Relay inventory: a block accepted here."""
-        return self._accepted.knows(self.index, block_id)
+        accepted = self._accepted
+        found = accepted.holders.get(block_id)  # accepted.knows(self.index, block_id), inlined
+        return block_id in accepted.everywhere if found is None else self.index in found
 
     def has_tx(self, txid: bytes) -> bool:
         """Relay inventory: a tx this node has seen (it keeps no pool)."""

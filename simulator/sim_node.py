@@ -372,6 +372,12 @@ _TXIDS: dict[bytes, TxId] = {}
 """A tx's bytes -> its id: every node gets the same bytes object, whose hash Python caches,
 so a lookup is cheaper than hashing it again (bounded: cleared when full)."""
 _TXIDS_MAX = 1 << 16
+_BLOCK_IDS: dict[int, tuple[bytes, bytes | None]] = {}
+"""``id`` of a ``block`` message's bytes -> (those bytes, ``wire.block_frame_id`` of them): the
+receivers of a block get the same bytes object, so its header is hashed once, not once per node.
+Keyed by identity (a 512 KB block's content is never hashed) and holding the bytes, so an id is
+not reused while its entry lives; bounded (cleared when full)."""
+_BLOCK_IDS_MAX = 256
 _INDEX: dict[str, int] = {}
 """Key -> node index (``peer_key`` in reverse, without parsing the string)."""
 
@@ -467,13 +473,22 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
         if not _known_block_inv(holders[dst], msg):
             engine.schedule_at(at, nodes[dst].on_frames, src, (msg,))
         return
-    if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (tx invs)
-        transmit, schedule = network.transmit, engine.schedule_at
+    if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (a relay)
+        transmit, schedule, inv_type = network.transmit, engine.schedule_at, wire.Inv
+        last: wire.Message | None = None
+        size = 0
         for key, msg in sends:
             dst = index[key]
-            at = transmit(src, dst, frame_size(msg), 1, now)
-            if not _known_block_inv(holders[dst], msg):
-                schedule(at, nodes[dst].on_frames, src, (msg,))
+            if msg is not last:  # a block's pushes share one message, its invs another
+                last, size = msg, frame_size(msg)
+            at = transmit(src, dst, size, 1, now)
+            if type(msg) is inv_type:  # _known_block_inv, inlined
+                items = msg.items
+                if len(items) == 1 and items[0][0] == _BLOCK_KIND:
+                    holds = holders[dst]
+                    if holds is not None and holds(items[0][1]):
+                        continue
+            schedule(at, nodes[dst].on_frames, src, (msg,))
         return
     by_peer: dict[str, list[wire.Message]] = {}
     for key, msg in sends:
@@ -607,7 +622,14 @@ class RelayPort:
     def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> Sends | None:
         """A ``block``: its fetch is done; to the node."""
         raw = msg.data
-        block_id = wire.block_frame_id(raw)
+        found = _BLOCK_IDS.get(id(raw))
+        if found is not None and found[0] is raw:
+            block_id = found[1]
+        else:
+            if len(_BLOCK_IDS) >= _BLOCK_IDS_MAX:
+                _BLOCK_IDS.clear()
+            block_id = wire.block_frame_id(raw)
+            _BLOCK_IDS[id(raw)] = (raw, block_id)
         if block_id is None:
             return None
         sends = self.relay.on_block(key, block_id, now).sends
