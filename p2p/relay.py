@@ -434,22 +434,16 @@ class Relay:
         return sends
 
     def _block_accepted_forgetting(self, block_id: bytes, raw: bytes) -> list[Send]:
-        """``on_block_accepted`` with ``forget_relayed``: ``gossip.plan_block_relay``'s plan
-        (the same targets in peer order, the same rng draw), in one pass over the peers that
-        also forgets the block (nothing is recorded only to be forgotten at once)."""
-        targets: list[str] = []
-        for key, peer in self.peers.items():
-            if peer.known.ids.pop(block_id, _ABSENT) is _ABSENT:
-                targets.append(key)
+        """``on_block_accepted`` with ``forget_relayed``: ``gossip.plan_block_relay``'s plan (same
+        targets, same rng draw) in one pass over the peers that also forgets the block."""
+        peers, absent = self.peers.items(), _ABSENT
+        targets = [k for k, p in peers if p.known.ids.pop(block_id, absent) is absent]
         self.fetcher.on_received(block_id)
-        if not targets:
-            return []
         push = self.rng.sample(targets, min(self.settings.relay_push, len(targets)))
         block = wire.BlockMsg(raw)
         sends: list[Send] = [(key, block) for key in push]
         if len(targets) > len(push):
-            inv = wire.Inv(((BLOCK, bytes(block_id)),))
-            pushed = set(push)
+            inv, pushed = wire.Inv(((BLOCK, bytes(block_id)),)), set(push)
             sends += [(key, inv) for key in targets if key not in pushed]
         return sends
 

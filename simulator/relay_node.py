@@ -91,6 +91,7 @@ class RelayNode:
         port = self._port
         if port is None:
             port = self._port = RelayPort(self, self.hub, self)
+            self.hub.frame_receivers[self.index] = port.on_frames
         return port
 
     def on_frames(self, src: int, msgs: tuple[wire.Message, ...]) -> None:

@@ -85,6 +85,13 @@ class Hub(Protocol):
         ...
 
     @property
+    def frame_receivers(self) -> "list[Callable[[int, tuple[wire.Message, ...]], None] | None]":
+        """Per node, where :func:`send_frames` delivers its messages once the node has a relay
+        port: the port's own ``on_frames`` (the node's ``on_frames`` only forwards to it); None
+        until then (the node's ``on_frames`` makes the port)."""
+        ...
+
+    @property
     def now_ms(self) -> float: ...
 
     def send_block(self, src: int, block_id: BlockId, raw: bytes, exclude: int) -> None: ...
@@ -210,6 +217,7 @@ class SimNode:
         port = self._port
         if port is None:
             port = self._port = RelayPort(self, self.hub, _FullNodeInventory(self))
+            self.hub.frame_receivers[self.index] = port.on_frames
         return port
 
     def holds_block(self, block_id: bytes) -> bool:
@@ -461,7 +469,7 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
     if not sends:
         return
     nodes, network, engine = hub.nodes, hub.network, hub.engine
-    now, index, holders = engine.now_ms, _INDEX, hub.block_holders
+    now, index, holders, receivers = engine.now_ms, _INDEX, hub.block_holders, hub.frame_receivers
     tally = network.sent_by_type
     if tally is not None:
         for _, msg in sends:
@@ -471,7 +479,7 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
         dst = index[key]
         at = network.transmit(src, dst, frame_size(msg), 1, now)
         if not _known_block_inv(holders[dst], msg):
-            engine.schedule_at(at, nodes[dst].on_frames, src, (msg,))
+            engine.schedule_at(at, receivers[dst] or nodes[dst].on_frames, src, (msg,))
         return
     if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (a relay)
         transmit, schedule, inv_type = network.transmit, engine.schedule_at, wire.Inv
@@ -488,7 +496,7 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
                     holds = holders[dst]
                     if holds is not None and holds(items[0][1]):
                         continue
-            schedule(at, nodes[dst].on_frames, src, (msg,))
+            schedule(at, receivers[dst] or nodes[dst].on_frames, src, (msg,))
         return
     by_peer: dict[str, list[wire.Message]] = {}
     for key, msg in sends:

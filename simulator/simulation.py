@@ -17,6 +17,7 @@ from dagchain.caches import DecodeCache, LevelSetCache, SharedResults, Signature
 from dagchain.chain import BlockOutcome, BlockStatus
 from dagchain.params import genesis_blk_target
 from dagchain.types import BlockId, TxId
+from p2p.wire import Message
 from simulator import adversary
 from simulator.engine import Engine
 from simulator.knowledge import Knowledge
@@ -94,6 +95,10 @@ class Simulation:
         """``engine.share_results``: what the full nodes compute once per run (sim_node.Caches)."""
         self.known_blocks = Knowledge(scenario.nodes)
         self.known_txs = Knowledge(scenario.nodes)
+        self.frame_receivers: list[Callable[[int, tuple[Message, ...]], None] | None] = [
+            None
+        ] * scenario.nodes
+        """Per node, its relay port's ``on_frames`` once it has one (``send_frames``)."""
         full = scenario.full_nodes
         late = scenario.late_nodes
         self.offline: set[int] = set(late) if not scenario.network.late_leave_s else set()
