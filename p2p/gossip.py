@@ -57,31 +57,47 @@ class CompactLru(dict[bytes, None]):
         return key, None
 
 
+_ABSENT = object()
+
+
 class KnownInventory:
     """Ids a peer is known to have (sent to us, or sent by us): LRU of ``size`` entries.
 
     ``compact``: hold the LRU in a ``CompactLru`` (the same order and evictions, a third of the
-    bytes) for an inventory that stays below its cap.
+    bytes) for an inventory that stays below its cap (the simulator's ``forget_relayed``
+    inventories, thousands of links).
     """
 
     def __init__(self, size: int = KNOWN_INVENTORY_SIZE, compact: bool = False) -> None:
         self._size = size
-        self._ids: OrderedDict[bytes, None] | CompactLru = (
-            CompactLru() if compact else OrderedDict()
-        )
+        self.ids: OrderedDict[bytes, None] | CompactLru = CompactLru() if compact else OrderedDict()
+        """The LRU itself (oldest first), for the relay's inlined ``add``."""
 
     def __contains__(self, item: object) -> bool:
-        return item in self._ids
+        return item in self.ids
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self.ids)
 
     def add(self, item: bytes) -> None:
         """Remember ``item`` (refreshing it if known)."""
-        self._ids[item] = None
-        self._ids.move_to_end(item)
-        if len(self._ids) > self._size:
-            self._ids.popitem(last=False)
+        ids = self.ids
+        if item in ids:
+            ids.move_to_end(item)
+        else:
+            ids[item] = None
+            if len(ids) > self._size:
+                ids.popitem(last=False)
+
+    def unknown(self, pairs: list[tuple[bytes, tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
+        """The inventory pairs of ``pairs`` (id, pair) whose id is not known, in order."""
+        ids = self.ids
+        return [pair for item, pair in pairs if item not in ids]
+
+    def take_unknown(self, pairs: list[tuple[bytes, tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
+        """As :meth:`unknown`, and forget the known ones (``forget_relayed``)."""
+        pop = self.ids.pop
+        return [pair for item, pair in pairs if pop(item, _ABSENT) is _ABSENT]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,6 @@ serving-side limit of two answered getdata in the send queue, and every core dec
 """
 
 import random
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -104,44 +103,11 @@ class Tick:
 _ABSENT = object()
 
 
-class _Known(gossip.KnownInventory):
-    """``KnownInventory`` that can also forget items, and filter a batch in one pass.
-
-    The simulator's ``forget_relayed`` inventories (thousands of links) are ``compact``.
-    """
-
-    def __init__(self, size: int = gossip.KNOWN_INVENTORY_SIZE, compact: bool = False) -> None:
-        super().__init__(size, compact)
-        self.ids: OrderedDict[bytes, None] | gossip.CompactLru = self._ids
-        """The LRU itself, for the relay's inlined ``add`` (oldest first): an attribute, not a
-        property (read once per peer on the block relay's hot path)."""
-
-    def add(self, item: bytes) -> None:
-        """As ``KnownInventory.add``, with one dict operation for an item already known."""
-        ids = self._ids
-        if item in ids:
-            ids.move_to_end(item)
-        else:
-            ids[item] = None
-            if len(ids) > self._size:
-                ids.popitem(last=False)
-
-    def unknown(self, pairs: list[tuple[bytes, tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
-        """The inventory pairs of ``pairs`` (id, pair) whose id is not known, in order."""
-        ids = self._ids
-        return [pair for item, pair in pairs if item not in ids]
-
-    def take_unknown(self, pairs: list[tuple[bytes, tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
-        """As :meth:`unknown`, and forget the known ones (``forget_relayed``)."""
-        pop = self._ids.pop
-        return [pair for item, pair in pairs if pop(item, _ABSENT) is _ABSENT]
-
-
 @dataclass(slots=True)
 class PeerRelay:
     """Relay state of one ready peer."""
 
-    known: "_Known"
+    known: gossip.KnownInventory
     backlog: list[tuple[int, bytes]] = field(default_factory=list)
     """Items to getdata once fewer than two getdata are outstanding."""
     getdata_sets: list[set[bytes]] = field(default_factory=list)
@@ -189,9 +155,11 @@ class Relay:
         """``key`` completed its handshake."""
         size = self.settings.known_inventory_size
         if self._forget:
-            self.peers[key] = PeerRelay(_Known(size, compact=True))
+            self.peers[key] = PeerRelay(gossip.KnownInventory(size, compact=True))
         else:
-            self.peers[key] = PeerRelay(_Known(size), announced=gossip.AnnouncedTxs(size))
+            self.peers[key] = PeerRelay(
+                gossip.KnownInventory(size), announced=gossip.AnnouncedTxs(size)
+            )
 
     def remove_peer(self, key: str, now_ms: int) -> list[Send]:
         """``key`` left: ask the next announcer for what we were fetching from it."""
@@ -236,6 +204,16 @@ class Relay:
         peer = self.peers.get(key)
         if peer is None:
             return []
+        items = msg.items
+        if len(items) == 1 and items[0][0] == BLOCK and synced:  # a block's relay: the loop below
+            item = items[0][1]
+            if self.inventory.has_block(item):
+                if not self._forget:
+                    peer.known.add(item)
+                return []
+            peer.known.add(item)
+            fetch = self.fetcher.on_announce(item, key, now_ms)
+            return self.request(key, items, now_ms) if fetch else []
         known = peer.known
         if not synced:
             for _, item in msg.items:

@@ -595,16 +595,27 @@ class RelayPort:
         key, now = _KEYS[src], int(self.hub.now_ms)
         dispatcher = self._dispatcher
         handlers = dispatcher.handlers
-        out: list[Send] = []
-        for msg in msgs:  # Dispatcher.dispatch, inlined: this is the simulator's hottest loop
+        if len(msgs) == 1:  # the common case: the loop below without its list
+            msg = msgs[0]
             handler = handlers.get(type(msg))
             sends = (
                 dispatcher.unexpected(key, msg, now) if handler is None else handler(key, msg, now)
             )
             if sends:
-                out += sends
-        if out:
-            self.send(out)
+                self.send(sends)
+        else:
+            out: list[Send] = []
+            for msg in msgs:  # Dispatcher.dispatch, inlined: this is the simulator's hottest loop
+                handler = handlers.get(type(msg))
+                sends = (
+                    dispatcher.unexpected(key, msg, now)
+                    if handler is None
+                    else handler(key, msg, now)
+                )
+                if sends:
+                    out += sends
+            if out:
+                self.send(out)
         if not self._armed:
             self._arm()
 
