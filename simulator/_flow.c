@@ -38,6 +38,7 @@ typedef struct {
     Py_ssize_t n;
     Py_ssize_t *start; /* n + 1 offsets into the edge arrays */
     int32_t *peer;     /* edge e of node v (start[v] <= e < start[v + 1]): v's neighbour */
+    int32_t *src;      /* ... and v itself (the edge's source) */
     double *lat_out;   /* latency[v][peer] */
     double *lat_back;  /* latency[peer][v] */
     double *rate_out;  /* min(upload[v], download[peer]) */
@@ -55,6 +56,7 @@ typedef struct {
 static void model_free_arrays(Model *m) {
     PyMem_Free(m->start);
     PyMem_Free(m->peer);
+    PyMem_Free(m->src);
     PyMem_Free(m->lat_out);
     PyMem_Free(m->lat_back);
     PyMem_Free(m->rate_out);
@@ -68,7 +70,7 @@ static void model_free_arrays(Model *m) {
         PyMem_Free(m->node_obj);
     }
     m->start = NULL;
-    m->peer = NULL;
+    m->peer = m->src = NULL;
     m->lat_out = m->lat_back = m->rate_out = m->rate_back = m->phase = NULL;
     m->node_obj = NULL;
 }
@@ -188,13 +190,18 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
         m->start[v + 1] = m->start[v] + PySequence_Fast_GET_SIZE(rows[v]);
     }
     Py_ssize_t edges = m->start[n];
+    if (edges >= INT32_MAX) { /* an edge index is a search entry's 32-bit payload */
+        PyErr_SetString(PyExc_OverflowError, "too many links");
+        goto done;
+    }
     size_t cells = (size_t)edges + 1;
     m->peer = PyMem_Malloc(cells * sizeof(int32_t));
+    m->src = PyMem_Malloc(cells * sizeof(int32_t));
     m->lat_out = PyMem_Malloc(cells * sizeof(double));
     m->lat_back = PyMem_Malloc(cells * sizeof(double));
     m->rate_out = PyMem_Malloc(cells * sizeof(double));
     m->rate_back = PyMem_Malloc(cells * sizeof(double));
-    if (m->peer == NULL || m->lat_out == NULL || m->lat_back == NULL || m->rate_out == NULL ||
+    if (m->peer == NULL || m->src == NULL || m->lat_out == NULL || m->lat_back == NULL || m->rate_out == NULL ||
         m->rate_back == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -221,6 +228,7 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
                 m->node_obj[w] = p;
             }
             m->peer[e] = (int32_t)w;
+            m->src[e] = (int32_t)v;
             if (latency_of(latency, v, p, &m->lat_out[e]) < 0 ||
                 latency_of(latency, w, vobj, &m->lat_back[e]) < 0) {
                 Py_DECREF(vobj);
@@ -564,12 +572,14 @@ static PyTypeObject FramesType = {
 
 /* ----------------------------------------------------------------------------------- Spread */
 
-typedef struct {
-    uint64_t tkey; /* the time as an unsigned key in the same order (time_key) */
-    uint64_t ks;   /* kind << 60 | seq: the order of entries at equal times */
-    double t;
-    int32_t node, peer, edge; /* edge: announcer -> the other end (INV, GETDATA, TX), else -1 */
-} Entry;
+/* A search entry: one 128-bit key, compared as one integer. The high 64 bits are the time as an
+ * unsigned key in the same order (time_key); the low 64 bits: kind (4 bits) << 60 | seq
+ * (SEQ_BITS) << 32 | a 32-bit payload, the node (K_ANNOUNCE) or the edge announcer -> the other
+ * end (K_INV, K_GETDATA, K_TX; the nodes are the model's src[e] and peer[e]). seq is unique in a
+ * spread, so the order is (time, kind, seq) whatever the payload: Python's heap order. */
+typedef unsigned __int128 Entry;
+#define SEQ_BITS 28
+#define SEQ_MAX ((1LL << SEQ_BITS) - 1)
 
 /* Doubles as unsigned keys in their order (-0.0 as 0.0, equal in Python): the entries' order
  * (time, kind, seq) is then one 128-bit comparison, without a branch to mispredict. */
@@ -579,6 +589,18 @@ static inline uint64_t time_key(double t) {
     memcpy(&b, &t, sizeof b);
     return (b >> 63) ? ~b : (b | 0x8000000000000000ULL);
 }
+
+/* time_key's inverse: the very double pushed (push refuses -0.0, the one time_key changes). */
+static inline double key_time(uint64_t k) {
+    uint64_t b = (k >> 63) ? (k & 0x7FFFFFFFFFFFFFFFULL) : ~k;
+    double t;
+    memcpy(&t, &b, sizeof t);
+    return t;
+}
+
+static inline double entry_time(Entry e) { return key_time((uint64_t)(e >> 64)); }
+static inline int entry_kind(Entry e) { return (int)((uint64_t)e >> 60); }
+static inline int32_t entry_payload(Entry e) { return (int32_t)(uint32_t)(uint64_t)e; }
 
 typedef struct {
     PyObject_HEAD
@@ -697,13 +719,8 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-static inline int entry_less(const Entry *a, const Entry *b) {
-    unsigned __int128 x = (unsigned __int128)a->tkey << 64 | a->ks;
-    unsigned __int128 y = (unsigned __int128)b->tkey << 64 | b->ks;
-    return x < y;
-}
-
-static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, int32_t edge) {
+/* Add an entry: at `t`, of `kind`, with its payload (a node or an edge, see Entry). */
+static int push(Spread *s, double t, int kind, int32_t payload) {
     if (s->hlen == s->hcap) {
         size_t cap = s->hcap == 0 ? 64 : 2 * s->hcap;
         Entry *heap = PyMem_Realloc(s->heap, cap * sizeof(Entry));
@@ -714,12 +731,21 @@ static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, i
         s->heap = heap;
         s->hcap = cap;
     }
-    Entry e = {time_key(t), (uint64_t)kind << 60 | (uint64_t)++s->seq, t, node, peer, edge};
+    if (s->seq >= SEQ_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a search of more entries than its key holds");
+        return -1;
+    }
+    if (t == 0.0 && signbit(t)) { /* its key is 0.0's: popped, it would be 0.0 */
+        PyErr_SetString(PyExc_ValueError, "a search entry at -0.0 ms");
+        return -1;
+    }
+    Entry e = (Entry)time_key(t) << 64 |
+              ((uint64_t)kind << 60 | (uint64_t)++s->seq << 32 | (uint32_t)payload);
     size_t i = s->hlen++;
     Entry *h = s->heap;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!entry_less(&e, &h[parent])) break;
+    while (i > 0) { /* a 4-ary heap: the children of i are 4i + 1 .. 4i + 4 */
+        size_t parent = (i - 1) / 4;
+        if (!(e < h[parent])) break;
         h[i] = h[parent];
         i = parent;
     }
@@ -727,7 +753,7 @@ static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, i
     return 0;
 }
 
-/* The least entry out: the hole at the root goes down to a leaf along the lesser children,
+/* The least entry out: the hole at the root goes down to a leaf along the least children,
  * then the last entry goes up from there (fewer comparisons than a plain sift-down). */
 static Entry pop(Spread *s) {
     Entry *h = s->heap;
@@ -736,18 +762,25 @@ static Entry pop(Spread *s) {
     size_t n = s->hlen, i = 0;
     if (n == 0) return top;
     for (;;) {
-        size_t c = 2 * i + 1;
-        if (c + 1 < n) {
-            c += entry_less(&h[c + 1], &h[c]);
-        } else if (c >= n) {
+        size_t c = 4 * i + 1, m;
+        if (c + 3 < n) {
+            size_t a = h[c + 1] < h[c] ? c + 1 : c;
+            size_t b = h[c + 3] < h[c + 2] ? c + 3 : c + 2;
+            m = h[b] < h[a] ? b : a;
+        } else if (c < n) {
+            m = c;
+            for (size_t j = c + 1; j < n; j++) {
+                if (h[j] < h[m]) m = j;
+            }
+        } else {
             break;
         }
-        h[i] = h[c];
-        i = c;
+        h[i] = h[m];
+        i = m;
     }
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!entry_less(&last, &h[parent])) break;
+        size_t parent = (i - 1) / 4;
+        if (!(last < h[parent])) break;
         h[i] = h[parent];
         i = parent;
     }
@@ -778,7 +811,7 @@ static int do_accept(Spread *s, int32_t node, double at) {
     if (s->source[node] == NO_SOURCE) s->source[node] = -1;
     double tick;
     if (next_tick(s->model, node, at, &tick) < 0) return -1;
-    return push(s, tick, K_ANNOUNCE, node, -1, -1);
+    return push(s, tick, K_ANNOUNCE, node);
 }
 
 /* txflow.announce */
@@ -814,7 +847,7 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
         if (fetching[peer] != NO_SOURCE) continue;
         if (at < best[peer]) {
             best[peer] = at;
-            if (push(s, at, K_INV, peer, node, (int32_t)e) < 0) return -1;
+            if (push(s, at, K_INV, (int32_t)e) < 0) return -1;
         }
     }
     s->invs += invs;
@@ -838,7 +871,7 @@ static int do_fetch(Spread *s, int32_t node, int32_t announcer, int32_t edge, do
     }
     double there;
     if (send(m, node, m->rate_back[edge], m->lat_back[edge], size, inv_ms, &there) < 0) return -1;
-    return push(s, there, K_GETDATA, announcer, node, edge);
+    return push(s, there, K_GETDATA, edge);
 }
 
 /* txflow.answer: node's getdata landed at announcer at `at`; `edge` is announcer -> node. */
@@ -847,7 +880,7 @@ static int do_answer(Spread *s, int32_t announcer, int32_t node, int32_t edge, d
     double there;
     if (send(m, announcer, m->rate_out[edge], m->lat_out[edge], s->size_tx, at, &there) < 0)
         return -1;
-    return push(s, there, K_TX, node, announcer, edge);
+    return push(s, there, K_TX, edge);
 }
 
 /* What the gate says of a relay node; -1 on error. */
@@ -949,31 +982,36 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "bad gate kind %d", g.how);
         return NULL;
     }
-    PyObject **objs = s->model->node_obj;
+    Model *m = s->model;
+    PyObject **objs = m->node_obj;
     while (s->hlen > 0) {
-        if (s->heap[0].t > until) { /* the next entry lies past until: pause before it */
-            result = Py_BuildValue("(iid)", -1, -1, s->heap[0].t);
+        double t = entry_time(s->heap[0]);
+        if (t > until) { /* the next entry lies past until: pause before it */
+            result = Py_BuildValue("(iid)", -1, -1, t);
             goto done;
         }
         Entry e = pop(s);
-        int kind = (int)(e.ks >> 60);
+        int kind = entry_kind(e);
+        int32_t x = entry_payload(e);
         if (kind == K_ANNOUNCE) {
-            if (do_announce(s, e.node, e.t) < 0) goto done;
-        } else if (kind == K_INV) {
-            if (s->source[e.node] == NO_SOURCE && do_fetch(s, e.node, e.peer, e.edge, e.t) < 0)
+            if (do_announce(s, x, t) < 0) goto done;
+        } else if (kind == K_INV) { /* the inv of src[x] landed at peer[x] */
+            int32_t node = m->peer[x];
+            if (s->source[node] == NO_SOURCE && do_fetch(s, node, m->src[x], x, t) < 0)
                 goto done;
-        } else if (kind == K_GETDATA) {
-            if (do_answer(s, e.node, e.peer, e.edge, e.t) < 0) goto done;
-        } else if (isnan(s->arrival[e.node])) {
-            int verdict = e.node < full ? G_STOP : gate_verdict(&g, objs[e.node]);
+        } else if (kind == K_GETDATA) { /* peer[x]'s getdata landed at src[x] */
+            if (do_answer(s, m->src[x], m->peer[x], x, t) < 0) goto done;
+        } else if (isnan(s->arrival[m->peer[x]])) { /* the tx of src[x] landed at peer[x] */
+            int32_t node = m->peer[x];
+            int verdict = node < full ? G_STOP : gate_verdict(&g, objs[node]);
             if (verdict < 0) goto done;
-            s->arrival[e.node] = e.t;
+            s->arrival[node] = t;
             if (verdict == G_STOP) {
-                s->waiting = e.node;
-                result = Py_BuildValue("(OOd)", objs[e.node], objs[e.peer], e.t);
+                s->waiting = node;
+                result = Py_BuildValue("(OOd)", objs[node], objs[m->src[x]], t);
                 goto done;
             }
-            if (verdict == G_PASS && do_accept(s, e.node, e.t) < 0) goto done;
+            if (verdict == G_PASS && do_accept(s, node, t) < 0) goto done;
         }
     }
     /* finished: only the labels are kept */
