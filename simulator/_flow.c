@@ -6,8 +6,10 @@
  * so the pop order is the Python heap's), the same delays computed with the same double
  * operations in the same order (built with -ffp-contract=off: no fused multiply-add), the same
  * frame accounting. Per spread the labels are dense per-node arrays (28 bytes a node) instead of
- * dicts; Frames is a set of (announcer, tick), of (announcer, tick, peer) and of (asker,
- * announcer, tick) in open-addressing tables.
+ * dicts, the entries a 4-ary heap of 128-bit keys. Frames answer (announcer, tick) and
+ * (announcer, peer, tick) from the latest tick per node and per link (a node's ticks only go
+ * forward in the simulation; exact sets take over if they ever go back), and (asker, announcer,
+ * tick) from an open-addressing table.
  *
  * Model(neighbours, latency, upload, download, processing_ms, phase_of, upload_free): a
  * LinkModel's links as flat arrays; phase_of(node) is asked once per node, when the search first
@@ -39,6 +41,7 @@ typedef struct {
     Py_ssize_t *start; /* n + 1 offsets into the edge arrays */
     int32_t *peer;     /* edge e of node v (start[v] <= e < start[v + 1]): v's neighbour */
     int32_t *src;      /* ... and v itself (the edge's source) */
+    int32_t *canon;    /* NULL, or where v lists a peer twice: the first edge of (v, peer) */
     double *lat_out;   /* latency[v][peer] */
     double *lat_back;  /* latency[peer][v] */
     double *rate_out;  /* min(upload[v], download[peer]) */
@@ -57,6 +60,7 @@ static void model_free_arrays(Model *m) {
     PyMem_Free(m->start);
     PyMem_Free(m->peer);
     PyMem_Free(m->src);
+    PyMem_Free(m->canon);
     PyMem_Free(m->lat_out);
     PyMem_Free(m->lat_back);
     PyMem_Free(m->rate_out);
@@ -70,7 +74,7 @@ static void model_free_arrays(Model *m) {
         PyMem_Free(m->node_obj);
     }
     m->start = NULL;
-    m->peer = m->src = NULL;
+    m->peer = m->src = m->canon = NULL;
     m->lat_out = m->lat_back = m->rate_out = m->rate_back = m->phase = NULL;
     m->node_obj = NULL;
 }
@@ -121,6 +125,48 @@ static int latency_of(PyObject *latency, Py_ssize_t src, PyObject *dst, double *
     Py_DECREF(v);
     if (d == -1.0 && PyErr_Occurred()) return -1;
     *out = d;
+    return 0;
+}
+
+/* m->canon, if some node lists a peer twice: Frames remember a frame per (announcer, peer). */
+static int model_canon(Model *m) {
+    Py_ssize_t n = m->n, edges = m->start[n];
+    int32_t *first = PyMem_Malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *owner = PyMem_Malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (first == NULL || owner == NULL) {
+        PyMem_Free(first);
+        PyMem_Free(owner);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int dup = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (Py_ssize_t w = 0; w < n; w++) owner[w] = -1;
+        for (Py_ssize_t v = 0; v < n; v++) {
+            for (Py_ssize_t e = m->start[v]; e < m->start[v + 1]; e++) {
+                int32_t w = m->peer[e];
+                if (owner[w] != (int32_t)v) { /* v's first edge to w */
+                    owner[w] = (int32_t)v;
+                    first[w] = (int32_t)e;
+                } else {
+                    dup = 1;
+                }
+                if (pass == 1) m->canon[e] = first[w];
+            }
+        }
+        if (!dup) break;
+        if (pass == 0) {
+            m->canon = PyMem_Malloc(((size_t)edges + 1) * sizeof(int32_t));
+            if (m->canon == NULL) {
+                PyMem_Free(first);
+                PyMem_Free(owner);
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+    }
+    PyMem_Free(first);
+    PyMem_Free(owner);
     return 0;
 }
 
@@ -242,6 +288,7 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
     for (Py_ssize_t v = 0; v < n; v++) {
         if (m->node_obj[v] == NULL && (m->node_obj[v] = PyLong_FromSsize_t(v)) == NULL) goto done;
     }
+    if (model_canon(m) < 0) goto done;
     ok = 1;
 done:
     if (rows != NULL) {
@@ -458,11 +505,64 @@ static int fset_add(FSet *s, int32_t a, int32_t b, double t) {
     return 1;
 }
 
+/* A list of frames remembered, each once (for count, prune and snapshot). */
+typedef struct {
+    FKey *items;
+    size_t len, cap;
+} FLog;
+
+static int flog_add(FLog *l, int32_t a, int32_t b, double t) {
+    if (l->len == l->cap) {
+        size_t cap = l->cap == 0 ? 256 : 2 * l->cap;
+        FKey *items = PyMem_Realloc(l->items, cap * sizeof(FKey));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        l->items = items;
+        l->cap = cap;
+    }
+    FKey k = {a, b, t};
+    l->items[l->len++] = k;
+    return 0;
+}
+
+/* Keep the items with t >= before (the Python Frames.prune's test). */
+static void flog_prune(FLog *l, double before) {
+    size_t keep = 0;
+    for (size_t i = 0; i < l->len; i++) {
+        if (l->items[i].t >= before) l->items[keep++] = l->items[i];
+    }
+    l->len = keep;
+}
+
+/* A set of the items of a log (the exact fallback). */
+static int fset_of_log(FSet *s, const FLog *l) {
+    size_t cap = 16;
+    while (cap < 2 * l->len + 2) cap <<= 1;
+    if (fset_alloc(s, cap) < 0) return -1;
+    for (size_t i = 0; i < l->len; i++) fset_place(s, l->items[i]);
+    return 0;
+}
+
+/* The inv frames: (announcer, tick) and (announcer, peer, tick) sets, as the Python Frames.invs.
+ * In the simulation a node's ticks that searches ask about never go back: every search pops its
+ * entries within HORIZON_MS of the clock, and a node's ticks are TICK_MS apart. So per node the
+ * latest tick of its frames remembered (last_inv) and per edge the latest tick its frame went
+ * over it (last_peer) answer exactly: the same tick is there, a later one is new. Were a tick
+ * ever asked below the latest (searches run out of step, as tests drive them), the Frames turn
+ * to exact sets built from the logs and answer from them from then on (`exact`). */
 typedef struct {
     PyObject_HEAD
-    FSet inv_keys;  /* (announcer, -1, tick): an inv frame slot of that tick */
-    FSet inv_peers; /* (announcer, peer, tick): its frame of that tick went to peer */
-    FSet getdata;   /* (asker, announcer, announcer's tick) */
+    Model *model;      /* the model the arrays are for (set by the first Spread; NULL: none) */
+    double *last_inv;  /* per node: its latest (announcer, tick) remembered (NaN: none) */
+    double *last_peer; /* per canonical edge: its latest (announcer, peer, tick) (NaN: none) */
+    FLog inv_log;      /* (announcer, -1, tick), each once */
+    FLog peer_log;     /* (canonical edge, 0, tick), each once */
+    int exact;         /* a tick went back: inv_keys and inv_peers answer */
+    FSet inv_keys;     /* (announcer, -1, tick), once exact */
+    FSet inv_peers;    /* (canonical edge, 0, tick), once exact */
+    FSet getdata;      /* (asker, announcer, announcer's tick) */
 } Frames;
 
 static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -472,15 +572,102 @@ static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     }
     Frames *f = (Frames *)type->tp_alloc(type, 0);
     if (f == NULL) return NULL;
-    if (fset_alloc(&f->inv_keys, 16) < 0 || fset_alloc(&f->inv_peers, 16) < 0 ||
-        fset_alloc(&f->getdata, 16) < 0) {
+    if (fset_alloc(&f->getdata, 16) < 0) {
         Py_DECREF(f);
         return NULL;
     }
     return (PyObject *)f;
 }
 
+/* Bind the Frames to the model of a Spread that uses them (the first one's). */
+static int frames_bind(Frames *f, Model *m) {
+    if (f->model == m) return 0;
+    if (f->model != NULL) {
+        PyErr_SetString(PyExc_ValueError, "the frames are another model's");
+        return -1;
+    }
+    size_t nodes = (size_t)m->n + 1, edges = (size_t)m->start[m->n] + 1;
+    double *last_inv = PyMem_Malloc(nodes * sizeof(double));
+    double *last_peer = PyMem_Malloc(edges * sizeof(double));
+    if (last_inv == NULL || last_peer == NULL) {
+        PyMem_Free(last_inv);
+        PyMem_Free(last_peer);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < nodes; i++) last_inv[i] = NAN;
+    for (size_t i = 0; i < edges; i++) last_peer[i] = NAN;
+    PyMem_Free(f->last_inv);
+    PyMem_Free(f->last_peer);
+    f->last_inv = last_inv;
+    f->last_peer = last_peer;
+    Py_INCREF(m);
+    f->model = m;
+    return 0;
+}
+
+/* The ticks went back: from now on the exact sets answer. */
+static int frames_go_exact(Frames *f) {
+    if (fset_of_log(&f->inv_keys, &f->inv_log) < 0) return -1;
+    if (fset_of_log(&f->inv_peers, &f->peer_log) < 0) {
+        PyMem_Free(f->inv_keys.slots);
+        f->inv_keys.slots = NULL;
+        return -1;
+    }
+    f->exact = 1;
+    return 0;
+}
+
+/* Remember (a, tick) in a log with its latest ticks `last` (a's slot) and, once exact, its
+ * set: 1 if it was new, 0 if present, -1 on error. */
+static inline int frames_add(Frames *f, double *last, FLog *log, FSet *set, int32_t a, int32_t b,
+                             double t) {
+    double was = last[a];
+    if (!f->exact) {
+        if (t == was) return 0;
+        if (t > was || isnan(was)) {
+            if (flog_add(log, a, b, t) < 0) return -1;
+            last[a] = t;
+            return 1;
+        }
+        if (frames_go_exact(f) < 0) return -1;
+    }
+    int added = fset_add(set, a, b, t);
+    if (added == 1) {
+        if (flog_add(log, a, b, t) < 0) return -1;
+        if (!(t <= was)) last[a] = t;
+    }
+    return added;
+}
+
+/* node's inv frames of tick t (the Python Frames.inv_peers(node, t)): 1 if new. */
+static inline int frames_inv(Frames *f, int32_t node, double t) {
+    return frames_add(f, f->last_inv, &f->inv_log, &f->inv_keys, node, -1, t);
+}
+
+/* The frame of tick t over the canonical edge e (announcer -> peer): 1 if new. */
+static inline int frames_peer(Frames *f, int32_t e, double t) {
+    return frames_add(f, f->last_peer, &f->peer_log, &f->inv_peers, e, 0, t);
+}
+
+static int frames_traverse(Frames *f, visitproc visit, void *arg) {
+    Py_VISIT(f->model);
+    return 0;
+}
+
+static int frames_clear(Frames *f) {
+    /* the arrays stay (sized for the model): a cleared Frames is not used again */
+    Py_CLEAR(f->model);
+    return 0;
+}
+
 static void frames_dealloc(Frames *f) {
+    PyObject_GC_UnTrack(f);
+    Py_XDECREF(f->model);
+    PyMem_Free(f->last_inv);
+    PyMem_Free(f->last_peer);
+    PyMem_Free(f->inv_log.items);
+    PyMem_Free(f->peer_log.items);
     PyMem_Free(f->inv_keys.slots);
     PyMem_Free(f->inv_peers.slots);
     PyMem_Free(f->getdata.slots);
@@ -488,48 +675,67 @@ static void frames_dealloc(Frames *f) {
 }
 
 static PyObject *frames_count(Frames *f, PyObject *unused) {
-    return PyLong_FromSize_t(f->inv_keys.len);
+    return PyLong_FromSize_t(f->inv_log.len);
 }
 
 static PyObject *frames_prune(Frames *f, PyObject *arg) {
     double before = PyFloat_AsDouble(arg);
     if (before == -1.0 && PyErr_Occurred()) return NULL;
-    FSet *sets[3] = {&f->inv_keys, &f->inv_peers, &f->getdata};
-    for (int i = 0; i < 3; i++) {
-        size_t keep = 0;
-        for (size_t j = 0; j < sets[i]->cap; j++) {
-            if (sets[i]->slots[j].a != -1 && sets[i]->slots[j].t >= before) keep++;
+    flog_prune(&f->inv_log, before);
+    flog_prune(&f->peer_log, before);
+    if (f->model != NULL) { /* the latest tick goes when it is before: then all its went */
+        for (Py_ssize_t v = 0; v < f->model->n; v++) {
+            if (!(f->last_inv[v] >= before)) f->last_inv[v] = NAN;
         }
-        if (fset_rebuild(sets[i], 2 * keep + 2, before) < 0) return NULL;
+        for (Py_ssize_t e = 0; e < f->model->start[f->model->n]; e++) {
+            if (!(f->last_peer[e] >= before)) f->last_peer[e] = NAN;
+        }
     }
+    if (f->exact) {
+        PyMem_Free(f->inv_keys.slots);
+        PyMem_Free(f->inv_peers.slots);
+        f->inv_keys.slots = f->inv_peers.slots = NULL;
+        f->exact = 0;
+        if (frames_go_exact(f) < 0) return NULL;
+    }
+    size_t keep = 0;
+    for (size_t j = 0; j < f->getdata.cap; j++) {
+        if (f->getdata.slots[j].a != -1 && f->getdata.slots[j].t >= before) keep++;
+    }
+    if (fset_rebuild(&f->getdata, 2 * keep + 2, before) < 0) return NULL;
     Py_RETURN_NONE;
 }
+
+static PyObject *frames_exact(Frames *f, void *closure) { return PyBool_FromLong(f->exact); }
 
 /* (invs, getdata) as the Python Frames holds them: {(announcer, tick): {peers}}, {(asker,
  * announcer, tick)}. */
 static PyObject *frames_snapshot(Frames *f, PyObject *unused) {
     PyObject *invs = PyDict_New(), *getdata = PySet_New(NULL), *key = NULL, *peers = NULL;
     if (invs == NULL || getdata == NULL) goto fail;
-    for (size_t j = 0; j < f->inv_keys.cap; j++) {
-        FKey k = f->inv_keys.slots[j];
-        if (k.a == -1) continue;
+    for (size_t j = 0; j < f->inv_log.len; j++) {
+        FKey k = f->inv_log.items[j];
         if ((key = Py_BuildValue("(id)", k.a, k.t)) == NULL) goto fail;
         if ((peers = PySet_New(NULL)) == NULL) goto fail;
         if (PyDict_SetItem(invs, key, peers) < 0) goto fail;
         Py_CLEAR(key);
         Py_CLEAR(peers);
     }
-    for (size_t j = 0; j < f->inv_peers.cap; j++) {
-        FKey k = f->inv_peers.slots[j];
-        if (k.a == -1) continue;
-        if ((key = Py_BuildValue("(id)", k.a, k.t)) == NULL) goto fail;
+    for (size_t j = 0; j < f->peer_log.len; j++) {
+        FKey k = f->peer_log.items[j];
+        if (f->model == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "inv peers without a model");
+            goto fail;
+        }
+        if ((key = Py_BuildValue("(id)", f->model->src[k.a], k.t)) == NULL) goto fail;
         PyObject *found = PyDict_GetItemWithError(invs, key); /* borrowed */
         if (found == NULL) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "inv peer without frame");
             goto fail;
         }
         Py_CLEAR(key);
-        if ((key = PyLong_FromLong(k.b)) == NULL || PySet_Add(found, key) < 0) goto fail;
+        if ((key = PyLong_FromLong(f->model->peer[k.a])) == NULL || PySet_Add(found, key) < 0)
+            goto fail;
         Py_CLEAR(key);
     }
     for (size_t j = 0; j < f->getdata.cap; j++) {
@@ -560,14 +766,23 @@ static PyMethodDef frames_methods[] = {
     {NULL},
 };
 
+static PyGetSetDef frames_getset[] = {
+    {"exact", (getter)frames_exact, NULL,
+     "True once a node's tick went back (searches out of step): exact sets answer since.", NULL},
+    {NULL},
+};
+
 static PyTypeObject FramesType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._flow.Frames",
     .tp_basicsize = sizeof(Frames),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)frames_traverse,
+    .tp_clear = (inquiry)frames_clear,
     .tp_doc = "Which frames were charged already, shared by all txs (txflow.Frames).",
     .tp_new = frames_new,
     .tp_dealloc = (destructor)frames_dealloc,
     .tp_methods = frames_methods,
+    .tp_getset = frames_getset,
 };
 
 /* ----------------------------------------------------------------------------------- Spread */
@@ -710,6 +925,11 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
     Py_INCREF(model);
     s->model = m;
     if (frames != Py_None) {
+        if (frames_bind((Frames *)frames, m) < 0) {
+            Py_CLEAR(s->model);
+            spread_free_labels(s);
+            return -1;
+        }
         Py_INCREF(frames);
         s->frames = (Frames *)frames;
     }
@@ -825,7 +1045,12 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
     if (inv_delays(m, inv_size) < 0) return -1;
     const double *backs = m->inv_back;
     Frames *frames = s->frames;
-    if (frames != NULL && fset_add(&frames->inv_keys, node, -1, tick_ms) < 0) return -1;
+    if (frames != NULL && frames->model != m) { /* cleared (a cycle freed) */
+        PyErr_SetString(PyExc_RuntimeError, "the frames were cleared");
+        return -1;
+    }
+    if (frames != NULL && frames_inv(frames, node, tick_ms) < 0) return -1;
+    const int32_t *canon = m->canon;
     long long invs = 0, new_frames = 0;
     for (Py_ssize_t e = m->start[node]; e < m->start[node + 1]; e++) {
         int32_t peer = m->peer[e];
@@ -837,7 +1062,7 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
         if (frames == NULL) {
             new_frames++;
         } else {
-            int added = fset_add(&frames->inv_peers, node, peer, tick_ms);
+            int added = frames_peer(frames, canon == NULL ? (int32_t)e : canon[e], tick_ms);
             if (added < 0) return -1;
             new_frames += added;
             if (!added) size = ITEM_BYTES; /* one more item of that tick's frame */
