@@ -1108,6 +1108,10 @@ static int do_answer(Spread *s, int32_t announcer, int32_t node, int32_t edge, d
     return push(s, there, K_TX, edge);
 }
 
+/* The Knowledge attributes the gate reads, interned once (not made from C strings at every
+ * advance). */
+static PyObject *str_holders, *str_everywhere, *str_nodes;
+
 /* What the gate says of a relay node; -1 on error. */
 typedef struct {
     int how;
@@ -1190,9 +1194,9 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     if (g.how == HOW_KNOWLEDGE) {
-        g.holders = PyObject_GetAttrString(g.arg, "holders");
-        g.everywhere = PyObject_GetAttrString(g.arg, "everywhere");
-        PyObject *nodes = PyObject_GetAttrString(g.arg, "_nodes");
+        g.holders = PyObject_GetAttr(g.arg, str_holders);
+        g.everywhere = PyObject_GetAttr(g.arg, str_everywhere);
+        PyObject *nodes = PyObject_GetAttr(g.arg, str_nodes);
         if (nodes != NULL) {
             g.nodes = PyLong_AsSsize_t(nodes);
             Py_DECREF(nodes);
@@ -1364,6 +1368,11 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__flow(void) {
     if (PyType_Ready(&ModelType) < 0 || PyType_Ready(&FramesType) < 0 ||
         PyType_Ready(&SpreadType) < 0)
+        return NULL;
+    if (str_holders == NULL && ((str_holders = PyUnicode_InternFromString("holders")) == NULL ||
+                                (str_everywhere = PyUnicode_InternFromString("everywhere")) ==
+                                    NULL ||
+                                (str_nodes = PyUnicode_InternFromString("_nodes")) == NULL))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
