@@ -828,18 +828,30 @@ typedef struct {
     double *tick;    /* NaN: absent */
     double *arrival; /* NaN: absent */
     Entry *heap;
+    void *heap_raw; /* the heap's allocation (heap is aligned in it: heap_alloc) */
     size_t hlen, hcap;
     long long seq;
     long long waiting;
     long long invs, inv_frames, fetches, getdata_frames;
 } Spread;
 
+/* An array of `cap` entries where the four children 4i + 1 .. 4i + 4 of an entry share one
+ * 64-byte cache line (heap + 1 is 64-aligned); *raw: the allocation, to free. */
+static Entry *heap_alloc(size_t cap, void **raw) {
+    char *p = PyMem_Malloc(cap * sizeof(Entry) + 64);
+    *raw = p;
+    if (p == NULL) return NULL;
+    uintptr_t first = ((uintptr_t)p + sizeof(Entry) + 63) & ~(uintptr_t)63;
+    return (Entry *)(first - sizeof(Entry));
+}
+
 static void spread_free_labels(Spread *s) {
     PyMem_Free(s->source);
     PyMem_Free(s->best);
     PyMem_Free(s->tick);
     PyMem_Free(s->arrival);
-    PyMem_Free(s->heap);
+    PyMem_Free(s->heap_raw);
+    s->heap_raw = NULL;
     s->source = NULL;
     s->best = s->tick = s->arrival = NULL;
     s->heap = NULL;
@@ -909,7 +921,7 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
     s->tick = PyMem_Malloc(n * sizeof(double));
     s->arrival = PyMem_Malloc(n * sizeof(double));
     s->hcap = 64;
-    s->heap = PyMem_Malloc(s->hcap * sizeof(Entry));
+    s->heap = heap_alloc(s->hcap, &s->heap_raw);
     if (s->source == NULL || s->best == NULL || s->tick == NULL || s->arrival == NULL ||
         s->heap == NULL) {
         spread_free_labels(s);
@@ -943,11 +955,15 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
 static int push(Spread *s, double t, int kind, int32_t payload) {
     if (s->hlen == s->hcap) {
         size_t cap = s->hcap == 0 ? 64 : 2 * s->hcap;
-        Entry *heap = PyMem_Realloc(s->heap, cap * sizeof(Entry));
+        void *raw;
+        Entry *heap = heap_alloc(cap, &raw);
         if (heap == NULL) {
             PyErr_NoMemory();
             return -1;
         }
+        if (s->hlen > 0) memcpy(heap, s->heap, s->hlen * sizeof(Entry));
+        PyMem_Free(s->heap_raw);
+        s->heap_raw = raw;
         s->heap = heap;
         s->hcap = cap;
     }
@@ -1244,7 +1260,8 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
         }
     }
     /* finished: only the labels are kept */
-    PyMem_Free(s->heap);
+    PyMem_Free(s->heap_raw);
+    s->heap_raw = NULL;
     s->heap = NULL;
     s->hcap = 0;
     result = Py_None;
