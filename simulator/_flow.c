@@ -338,16 +338,8 @@ static inline double delay(double rate, double lat, double processing, long long
     return transfer + lat + processing;
 }
 
-/* LinkModel.send over an edge: `size` bytes from src at `at` over a link of `rate` and `lat`;
- * *out: when they are processed at the other end. A finite rate books the transfer on src's
- * uplink, the model's upload_free list, in place (the same operations in the same order as
- * Python: start = free[src]; if start < at: start = at; done = start + size * 8 / rate). */
-static inline int send(Model *m, int32_t src, double rate, double lat, long long size, double at,
-                       double *out) {
-    if (rate == INFINITY) {
-        *out = at + lat + m->processing;
-        return 0;
-    }
+/* When src's uplink is free: Model.upload_free[src] as a double. */
+static inline int uplink_read(Model *m, int32_t src, double *out) {
     PyObject *list = m->upload_free;
     if (list == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the model was cleared");
@@ -358,15 +350,20 @@ static inline int send(Model *m, int32_t src, double rate, double lat, long long
         return -1;
     }
     PyObject *item = PyList_GET_ITEM(list, src);
-    double start;
     if (PyFloat_CheckExact(item)) {
-        start = PyFloat_AS_DOUBLE(item);
-    } else {
-        start = PyFloat_AsDouble(item);
-        if (start == -1.0 && PyErr_Occurred()) return -1;
+        *out = PyFloat_AS_DOUBLE(item);
+        return 0;
     }
-    if (start < at) start = at;
-    double done = start + (double)(size * 8) / rate;
+    double start = PyFloat_AsDouble(item);
+    if (start == -1.0 && PyErr_Occurred()) return -1;
+    *out = start;
+    return 0;
+}
+
+/* Model.upload_free[src] = done (uplink_read checked the list and the index). */
+static inline int uplink_write(Model *m, int32_t src, double done) {
+    PyObject *list = m->upload_free;
+    PyObject *item = PyList_GET_ITEM(list, src);
     if (Py_REFCNT(item) == 1 && PyFloat_CheckExact(item)) {
         /* the list holds the only reference: nothing else can see the float change */
         ((PyFloatObject *)item)->ob_fval = done;
@@ -376,6 +373,24 @@ static inline int send(Model *m, int32_t src, double rate, double lat, long long
         PyList_SET_ITEM(list, src, f);
         Py_DECREF(item);
     }
+    return 0;
+}
+
+/* LinkModel.send over an edge: `size` bytes from src at `at` over a link of `rate` and `lat`;
+ * *out: when they are processed at the other end. A finite rate books the transfer on src's
+ * uplink, the model's upload_free list, in place (the same operations in the same order as
+ * Python: start = free[src]; if start < at: start = at; done = start + size * 8 / rate). */
+static inline int send(Model *m, int32_t src, double rate, double lat, long long size, double at,
+                       double *out) {
+    if (rate == INFINITY) {
+        *out = at + lat + m->processing;
+        return 0;
+    }
+    double start;
+    if (uplink_read(m, src, &start) < 0) return -1;
+    if (start < at) start = at;
+    double done = start + (double)(size * 8) / rate;
+    if (uplink_write(m, src, done) < 0) return -1;
     *out = done + lat + m->processing;
     return 0;
 }
@@ -817,16 +832,25 @@ static inline double entry_time(Entry e) { return key_time((uint64_t)(e >> 64));
 static inline int entry_kind(Entry e) { return (int)((uint64_t)e >> 60); }
 static inline int32_t entry_payload(Entry e) { return (int32_t)(uint32_t)(uint64_t)e; }
 
+/* A node's labels in a spread, together: an announcement reads its neighbours' tick, source and
+ * best at once (one cache line, mostly: 28 bytes). */
+#pragma pack(push, 4)
+typedef struct {
+    double tick;    /* NaN: absent */
+    double best;    /* INFINITY: absent */
+    double arrival; /* NaN: absent */
+    int32_t source; /* NO_SOURCE: absent; -1: where it entered */
+} Label;
+#pragma pack(pop)
+_Static_assert(sizeof(Label) == 28, "a Label is 28 bytes");
+
 typedef struct {
     PyObject_HEAD
     Model *model;
     Frames *frames; /* NULL: every message is a frame of its own */
     PyObject *sizes;
     long long size_inv, size_getdata, size_tx;
-    int32_t *source; /* NO_SOURCE: absent; -1: where it entered */
-    double *best;    /* INFINITY: absent */
-    double *tick;    /* NaN: absent */
-    double *arrival; /* NaN: absent */
+    Label *lab;      /* per node */
     Entry *heap;
     void *heap_raw; /* the heap's allocation (heap is aligned in it: heap_alloc) */
     size_t hlen, hcap;
@@ -846,14 +870,10 @@ static Entry *heap_alloc(size_t cap, void **raw) {
 }
 
 static void spread_free_labels(Spread *s) {
-    PyMem_Free(s->source);
-    PyMem_Free(s->best);
-    PyMem_Free(s->tick);
-    PyMem_Free(s->arrival);
+    PyMem_Free(s->lab);
     PyMem_Free(s->heap_raw);
     s->heap_raw = NULL;
-    s->source = NULL;
-    s->best = s->tick = s->arrival = NULL;
+    s->lab = NULL;
     s->heap = NULL;
     s->hlen = s->hcap = 0;
 }
@@ -916,23 +936,20 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
         return -1;
     }
     size_t n = (size_t)m->n + 1;
-    s->source = PyMem_Malloc(n * sizeof(int32_t));
-    s->best = PyMem_Malloc(n * sizeof(double));
-    s->tick = PyMem_Malloc(n * sizeof(double));
-    s->arrival = PyMem_Malloc(n * sizeof(double));
+    s->lab = PyMem_Malloc(n * sizeof(Label));
     s->hcap = 64;
     s->heap = heap_alloc(s->hcap, &s->heap_raw);
-    if (s->source == NULL || s->best == NULL || s->tick == NULL || s->arrival == NULL ||
+    if (s->lab == NULL ||
         s->heap == NULL) {
         spread_free_labels(s);
         PyErr_NoMemory();
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        s->source[i] = NO_SOURCE;
-        s->best[i] = INFINITY;
-        s->tick[i] = NAN;
-        s->arrival[i] = NAN;
+        s->lab[i].source = NO_SOURCE;
+        s->lab[i].best = INFINITY;
+        s->lab[i].tick = NAN;
+        s->lab[i].arrival = NAN;
     }
     Py_INCREF(model);
     s->model = m;
@@ -1043,20 +1060,22 @@ static int check_node(Spread *s, long long node) {
 
 /* txflow.accept */
 static int do_accept(Spread *s, int32_t node, double at) {
-    if (isnan(s->arrival[node])) s->arrival[node] = at;
-    if (s->source[node] == NO_SOURCE) s->source[node] = -1;
+    Label *l = &s->lab[node];
+    if (isnan(l->arrival)) l->arrival = at;
+    if (l->source == NO_SOURCE) l->source = -1;
     double tick;
     if (next_tick(s->model, node, at, &tick) < 0) return -1;
     return push(s, tick, K_ANNOUNCE, node);
 }
 
-/* txflow.announce */
+/* txflow.announce. All its sends leave node's uplink: its free time (Model.upload_free) is read
+ * at the first send over a finite-rate link and written back at the end (the same bookings:
+ * nothing else reads it in between). */
 static int do_announce(Spread *s, int32_t node, double tick_ms) {
     Model *m = s->model;
-    double *ticks = s->tick, *best = s->best;
-    int32_t *fetching = s->source;
-    ticks[node] = tick_ms;
-    int32_t source = fetching[node] == NO_SOURCE ? -1 : fetching[node];
+    Label *lab = s->lab;
+    lab[node].tick = tick_ms;
+    int32_t source = lab[node].source == NO_SOURCE ? -1 : lab[node].source;
     long long inv_size = s->size_inv;
     if (inv_delays(m, inv_size) < 0) return -1;
     const double *backs = m->inv_back;
@@ -1067,11 +1086,15 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
     }
     if (frames != NULL && frames_inv(frames, node, tick_ms) < 0) return -1;
     const int32_t *canon = m->canon;
+    const double processing = m->processing;
     long long invs = 0, new_frames = 0;
+    double free_at = 0.0; /* node's uplink, once read */
+    int read = 0, ok = 0;
     for (Py_ssize_t e = m->start[node]; e < m->start[node + 1]; e++) {
         int32_t peer = m->peer[e];
         if (peer == source) continue;
-        double told = ticks[peer];
+        Label *p = &lab[peer];
+        double told = p->tick;
         if (!isnan(told) && told + backs[e] < tick_ms) continue; /* its own inv reached us first: known to have it */
         invs++;
         long long size = inv_size;
@@ -1079,18 +1102,33 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
             new_frames++;
         } else {
             int added = frames_peer(frames, canon == NULL ? (int32_t)e : canon[e], tick_ms);
-            if (added < 0) return -1;
+            if (added < 0) goto done;
             new_frames += added;
             if (!added) size = ITEM_BYTES; /* one more item of that tick's frame */
         }
-        double at;
-        if (send(m, node, m->rate_out[e], m->lat_out[e], size, tick_ms, &at) < 0) return -1;
-        if (fetching[peer] != NO_SOURCE) continue;
-        if (at < best[peer]) {
-            best[peer] = at;
-            if (push(s, at, K_INV, (int32_t)e) < 0) return -1;
+        double at, rate = m->rate_out[e];
+        if (rate == INFINITY) { /* LinkModel.send, step for step */
+            at = tick_ms + m->lat_out[e] + processing;
+        } else {
+            if (!read) {
+                if (uplink_read(m, node, &free_at) < 0) goto done;
+                read = 1;
+            }
+            double start = free_at;
+            if (start < tick_ms) start = tick_ms;
+            free_at = start + (double)(size * 8) / rate;
+            at = free_at + m->lat_out[e] + processing;
+        }
+        if (p->source != NO_SOURCE) continue;
+        if (at < p->best) {
+            p->best = at;
+            if (push(s, at, K_INV, (int32_t)e) < 0) goto done;
         }
     }
+    ok = 1;
+done:
+    if (read && uplink_write(m, node, free_at) < 0) return -1;
+    if (!ok) return -1;
     s->invs += invs;
     s->inv_frames += new_frames;
     return 0;
@@ -1099,13 +1137,13 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
 /* txflow.fetch; `edge` is announcer -> node. */
 static int do_fetch(Spread *s, int32_t node, int32_t announcer, int32_t edge, double inv_ms) {
     Model *m = s->model;
-    s->source[node] = announcer;
+    s->lab[node].source = announcer;
     s->fetches++;
     long long size = s->size_getdata;
     if (s->frames == NULL) {
         s->getdata_frames++;
     } else {
-        int added = fset_add(&s->frames->getdata, node, announcer, s->tick[announcer]);
+        int added = fset_add(&s->frames->getdata, node, announcer, s->lab[announcer].tick);
         if (added < 0) return -1;
         s->getdata_frames += added;
         if (!added) size = ITEM_BYTES;
@@ -1242,15 +1280,15 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
             if (do_announce(s, x, t) < 0) goto done;
         } else if (kind == K_INV) { /* the inv of src[x] landed at peer[x] */
             int32_t node = m->peer[x];
-            if (s->source[node] == NO_SOURCE && do_fetch(s, node, m->src[x], x, t) < 0)
+            if (s->lab[node].source == NO_SOURCE && do_fetch(s, node, m->src[x], x, t) < 0)
                 goto done;
         } else if (kind == K_GETDATA) { /* peer[x]'s getdata landed at src[x] */
             if (do_answer(s, m->src[x], m->peer[x], x, t) < 0) goto done;
-        } else if (isnan(s->arrival[m->peer[x]])) { /* the tx of src[x] landed at peer[x] */
+        } else if (isnan(s->lab[m->peer[x]].arrival)) { /* the tx of src[x] landed at peer[x] */
             int32_t node = m->peer[x];
             int verdict = node < full ? G_STOP : gate_verdict(&g, objs[node]);
             if (verdict < 0) goto done;
-            s->arrival[node] = t;
+            s->lab[node].arrival = t;
             if (verdict == G_STOP) {
                 s->waiting = node;
                 result = Py_BuildValue("(OOd)", objs[node], objs[m->src[x]], t);
@@ -1272,12 +1310,14 @@ done:
     return result;
 }
 
-static PyObject *labels_dict(Spread *s, const double *values, int absent_is_inf) {
+/* Node -> the label at `offset` in each node's Label. */
+static PyObject *labels_dict(Spread *s, size_t offset, int absent_is_inf) {
     if (ready(s) < 0) return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
     for (Py_ssize_t v = 0; v < s->model->n; v++) {
-        double x = values[v];
+        double x;
+        memcpy(&x, (const char *)&s->lab[v] + offset, sizeof x);
         if (absent_is_inf ? x == INFINITY : isnan(x)) continue;
         PyObject *f = PyFloat_FromDouble(x);
         if (f == NULL || PyDict_SetItem(d, s->model->node_obj[v], f) < 0) {
@@ -1290,17 +1330,19 @@ static PyObject *labels_dict(Spread *s, const double *values, int absent_is_inf)
     return d;
 }
 
-static PyObject *spread_arrival(Spread *s, void *c) { return labels_dict(s, s->arrival, 0); }
-static PyObject *spread_tick(Spread *s, void *c) { return labels_dict(s, s->tick, 0); }
-static PyObject *spread_best(Spread *s, void *c) { return labels_dict(s, s->best, 1); }
+static PyObject *spread_arrival(Spread *s, void *c) {
+    return labels_dict(s, offsetof(Label, arrival), 0);
+}
+static PyObject *spread_tick(Spread *s, void *c) { return labels_dict(s, offsetof(Label, tick), 0); }
+static PyObject *spread_best(Spread *s, void *c) { return labels_dict(s, offsetof(Label, best), 1); }
 
 static PyObject *spread_source(Spread *s, void *c) {
     if (ready(s) < 0) return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
     for (Py_ssize_t v = 0; v < s->model->n; v++) {
-        if (s->source[v] == NO_SOURCE) continue;
-        PyObject *src = PyLong_FromLong(s->source[v]);
+        if (s->lab[v].source == NO_SOURCE) continue;
+        PyObject *src = PyLong_FromLong(s->lab[v].source);
         if (src == NULL || PyDict_SetItem(d, s->model->node_obj[v], src) < 0) {
             Py_XDECREF(src);
             Py_DECREF(d);
@@ -1322,8 +1364,7 @@ static PyObject *spread_pending(Spread *s, void *c) { return PyLong_FromSize_t(s
 static PyObject *spread_labels_bytes(Spread *s, void *c) {
     if (ready(s) < 0) return NULL;
     size_t n = (size_t)s->model->n + 1;
-    return PyLong_FromSize_t(n * (sizeof(int32_t) + 3 * sizeof(double)) +
-                             s->hcap * sizeof(Entry));
+    return PyLong_FromSize_t(n * sizeof(Label) + s->hcap * sizeof(Entry));
 }
 
 static PyGetSetDef spread_getset[] = {
