@@ -6,8 +6,10 @@
  * so the pop order is the Python heap's), the same delays computed with the same double
  * operations in the same order (built with -ffp-contract=off: no fused multiply-add), the same
  * frame accounting. Per spread the labels are dense per-node arrays (28 bytes a node) instead of
- * dicts; Frames is a set of (announcer, tick), of (announcer, tick, peer) and of (asker,
- * announcer, tick) in open-addressing tables.
+ * dicts, the entries a 4-ary heap of 128-bit keys. Frames answer (announcer, tick) and
+ * (announcer, peer, tick) from the latest tick per node and per link (a node's ticks only go
+ * forward in the simulation; exact sets take over if they ever go back), and (asker, announcer,
+ * tick) from an open-addressing table.
  *
  * Model(neighbours, latency, upload, download, processing_ms, phase_of, upload_free): a
  * LinkModel's links as flat arrays; phase_of(node) is asked once per node, when the search first
@@ -38,6 +40,8 @@ typedef struct {
     Py_ssize_t n;
     Py_ssize_t *start; /* n + 1 offsets into the edge arrays */
     int32_t *peer;     /* edge e of node v (start[v] <= e < start[v + 1]): v's neighbour */
+    int32_t *src;      /* ... and v itself (the edge's source) */
+    int32_t *canon;    /* NULL, or where v lists a peer twice: the first edge of (v, peer) */
     double *lat_out;   /* latency[v][peer] */
     double *lat_back;  /* latency[peer][v] */
     double *rate_out;  /* min(upload[v], download[peer]) */
@@ -55,6 +59,8 @@ typedef struct {
 static void model_free_arrays(Model *m) {
     PyMem_Free(m->start);
     PyMem_Free(m->peer);
+    PyMem_Free(m->src);
+    PyMem_Free(m->canon);
     PyMem_Free(m->lat_out);
     PyMem_Free(m->lat_back);
     PyMem_Free(m->rate_out);
@@ -68,7 +74,7 @@ static void model_free_arrays(Model *m) {
         PyMem_Free(m->node_obj);
     }
     m->start = NULL;
-    m->peer = NULL;
+    m->peer = m->src = m->canon = NULL;
     m->lat_out = m->lat_back = m->rate_out = m->rate_back = m->phase = NULL;
     m->node_obj = NULL;
 }
@@ -119,6 +125,48 @@ static int latency_of(PyObject *latency, Py_ssize_t src, PyObject *dst, double *
     Py_DECREF(v);
     if (d == -1.0 && PyErr_Occurred()) return -1;
     *out = d;
+    return 0;
+}
+
+/* m->canon, if some node lists a peer twice: Frames remember a frame per (announcer, peer). */
+static int model_canon(Model *m) {
+    Py_ssize_t n = m->n, edges = m->start[n];
+    int32_t *first = PyMem_Malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *owner = PyMem_Malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (first == NULL || owner == NULL) {
+        PyMem_Free(first);
+        PyMem_Free(owner);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int dup = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (Py_ssize_t w = 0; w < n; w++) owner[w] = -1;
+        for (Py_ssize_t v = 0; v < n; v++) {
+            for (Py_ssize_t e = m->start[v]; e < m->start[v + 1]; e++) {
+                int32_t w = m->peer[e];
+                if (owner[w] != (int32_t)v) { /* v's first edge to w */
+                    owner[w] = (int32_t)v;
+                    first[w] = (int32_t)e;
+                } else {
+                    dup = 1;
+                }
+                if (pass == 1) m->canon[e] = first[w];
+            }
+        }
+        if (!dup) break;
+        if (pass == 0) {
+            m->canon = PyMem_Malloc(((size_t)edges + 1) * sizeof(int32_t));
+            if (m->canon == NULL) {
+                PyMem_Free(first);
+                PyMem_Free(owner);
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+    }
+    PyMem_Free(first);
+    PyMem_Free(owner);
     return 0;
 }
 
@@ -188,13 +236,18 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
         m->start[v + 1] = m->start[v] + PySequence_Fast_GET_SIZE(rows[v]);
     }
     Py_ssize_t edges = m->start[n];
+    if (edges >= INT32_MAX) { /* an edge index is a search entry's 32-bit payload */
+        PyErr_SetString(PyExc_OverflowError, "too many links");
+        goto done;
+    }
     size_t cells = (size_t)edges + 1;
     m->peer = PyMem_Malloc(cells * sizeof(int32_t));
+    m->src = PyMem_Malloc(cells * sizeof(int32_t));
     m->lat_out = PyMem_Malloc(cells * sizeof(double));
     m->lat_back = PyMem_Malloc(cells * sizeof(double));
     m->rate_out = PyMem_Malloc(cells * sizeof(double));
     m->rate_back = PyMem_Malloc(cells * sizeof(double));
-    if (m->peer == NULL || m->lat_out == NULL || m->lat_back == NULL || m->rate_out == NULL ||
+    if (m->peer == NULL || m->src == NULL || m->lat_out == NULL || m->lat_back == NULL || m->rate_out == NULL ||
         m->rate_back == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -221,6 +274,7 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
                 m->node_obj[w] = p;
             }
             m->peer[e] = (int32_t)w;
+            m->src[e] = (int32_t)v;
             if (latency_of(latency, v, p, &m->lat_out[e]) < 0 ||
                 latency_of(latency, w, vobj, &m->lat_back[e]) < 0) {
                 Py_DECREF(vobj);
@@ -234,6 +288,7 @@ static int model_init(Model *m, PyObject *args, PyObject *kwds) {
     for (Py_ssize_t v = 0; v < n; v++) {
         if (m->node_obj[v] == NULL && (m->node_obj[v] = PyLong_FromSsize_t(v)) == NULL) goto done;
     }
+    if (model_canon(m) < 0) goto done;
     ok = 1;
 done:
     if (rows != NULL) {
@@ -283,16 +338,8 @@ static inline double delay(double rate, double lat, double processing, long long
     return transfer + lat + processing;
 }
 
-/* LinkModel.send over an edge: `size` bytes from src at `at` over a link of `rate` and `lat`;
- * *out: when they are processed at the other end. A finite rate books the transfer on src's
- * uplink, the model's upload_free list, in place (the same operations in the same order as
- * Python: start = free[src]; if start < at: start = at; done = start + size * 8 / rate). */
-static inline int send(Model *m, int32_t src, double rate, double lat, long long size, double at,
-                       double *out) {
-    if (rate == INFINITY) {
-        *out = at + lat + m->processing;
-        return 0;
-    }
+/* When src's uplink is free: Model.upload_free[src] as a double. */
+static inline int uplink_read(Model *m, int32_t src, double *out) {
     PyObject *list = m->upload_free;
     if (list == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the model was cleared");
@@ -303,15 +350,20 @@ static inline int send(Model *m, int32_t src, double rate, double lat, long long
         return -1;
     }
     PyObject *item = PyList_GET_ITEM(list, src);
-    double start;
     if (PyFloat_CheckExact(item)) {
-        start = PyFloat_AS_DOUBLE(item);
-    } else {
-        start = PyFloat_AsDouble(item);
-        if (start == -1.0 && PyErr_Occurred()) return -1;
+        *out = PyFloat_AS_DOUBLE(item);
+        return 0;
     }
-    if (start < at) start = at;
-    double done = start + (double)(size * 8) / rate;
+    double start = PyFloat_AsDouble(item);
+    if (start == -1.0 && PyErr_Occurred()) return -1;
+    *out = start;
+    return 0;
+}
+
+/* Model.upload_free[src] = done (uplink_read checked the list and the index). */
+static inline int uplink_write(Model *m, int32_t src, double done) {
+    PyObject *list = m->upload_free;
+    PyObject *item = PyList_GET_ITEM(list, src);
     if (Py_REFCNT(item) == 1 && PyFloat_CheckExact(item)) {
         /* the list holds the only reference: nothing else can see the float change */
         ((PyFloatObject *)item)->ob_fval = done;
@@ -321,6 +373,24 @@ static inline int send(Model *m, int32_t src, double rate, double lat, long long
         PyList_SET_ITEM(list, src, f);
         Py_DECREF(item);
     }
+    return 0;
+}
+
+/* LinkModel.send over an edge: `size` bytes from src at `at` over a link of `rate` and `lat`;
+ * *out: when they are processed at the other end. A finite rate books the transfer on src's
+ * uplink, the model's upload_free list, in place (the same operations in the same order as
+ * Python: start = free[src]; if start < at: start = at; done = start + size * 8 / rate). */
+static inline int send(Model *m, int32_t src, double rate, double lat, long long size, double at,
+                       double *out) {
+    if (rate == INFINITY) {
+        *out = at + lat + m->processing;
+        return 0;
+    }
+    double start;
+    if (uplink_read(m, src, &start) < 0) return -1;
+    if (start < at) start = at;
+    double done = start + (double)(size * 8) / rate;
+    if (uplink_write(m, src, done) < 0) return -1;
     *out = done + lat + m->processing;
     return 0;
 }
@@ -450,11 +520,64 @@ static int fset_add(FSet *s, int32_t a, int32_t b, double t) {
     return 1;
 }
 
+/* A list of frames remembered, each once (for count, prune and snapshot). */
+typedef struct {
+    FKey *items;
+    size_t len, cap;
+} FLog;
+
+static int flog_add(FLog *l, int32_t a, int32_t b, double t) {
+    if (l->len == l->cap) {
+        size_t cap = l->cap == 0 ? 256 : 2 * l->cap;
+        FKey *items = PyMem_Realloc(l->items, cap * sizeof(FKey));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        l->items = items;
+        l->cap = cap;
+    }
+    FKey k = {a, b, t};
+    l->items[l->len++] = k;
+    return 0;
+}
+
+/* Keep the items with t >= before (the Python Frames.prune's test). */
+static void flog_prune(FLog *l, double before) {
+    size_t keep = 0;
+    for (size_t i = 0; i < l->len; i++) {
+        if (l->items[i].t >= before) l->items[keep++] = l->items[i];
+    }
+    l->len = keep;
+}
+
+/* A set of the items of a log (the exact fallback). */
+static int fset_of_log(FSet *s, const FLog *l) {
+    size_t cap = 16;
+    while (cap < 2 * l->len + 2) cap <<= 1;
+    if (fset_alloc(s, cap) < 0) return -1;
+    for (size_t i = 0; i < l->len; i++) fset_place(s, l->items[i]);
+    return 0;
+}
+
+/* The inv frames: (announcer, tick) and (announcer, peer, tick) sets, as the Python Frames.invs.
+ * In the simulation a node's ticks that searches ask about never go back: every search pops its
+ * entries within HORIZON_MS of the clock, and a node's ticks are TICK_MS apart. So per node the
+ * latest tick of its frames remembered (last_inv) and per edge the latest tick its frame went
+ * over it (last_peer) answer exactly: the same tick is there, a later one is new. Were a tick
+ * ever asked below the latest (searches run out of step, as tests drive them), the Frames turn
+ * to exact sets built from the logs and answer from them from then on (`exact`). */
 typedef struct {
     PyObject_HEAD
-    FSet inv_keys;  /* (announcer, -1, tick): an inv frame slot of that tick */
-    FSet inv_peers; /* (announcer, peer, tick): its frame of that tick went to peer */
-    FSet getdata;   /* (asker, announcer, announcer's tick) */
+    Model *model;      /* the model the arrays are for (set by the first Spread; NULL: none) */
+    double *last_inv;  /* per node: its latest (announcer, tick) remembered (NaN: none) */
+    double *last_peer; /* per canonical edge: its latest (announcer, peer, tick) (NaN: none) */
+    FLog inv_log;      /* (announcer, -1, tick), each once */
+    FLog peer_log;     /* (canonical edge, 0, tick), each once */
+    int exact;         /* a tick went back: inv_keys and inv_peers answer */
+    FSet inv_keys;     /* (announcer, -1, tick), once exact */
+    FSet inv_peers;    /* (canonical edge, 0, tick), once exact */
+    FSet getdata;      /* (asker, announcer, announcer's tick) */
 } Frames;
 
 static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -464,15 +587,102 @@ static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     }
     Frames *f = (Frames *)type->tp_alloc(type, 0);
     if (f == NULL) return NULL;
-    if (fset_alloc(&f->inv_keys, 16) < 0 || fset_alloc(&f->inv_peers, 16) < 0 ||
-        fset_alloc(&f->getdata, 16) < 0) {
+    if (fset_alloc(&f->getdata, 16) < 0) {
         Py_DECREF(f);
         return NULL;
     }
     return (PyObject *)f;
 }
 
+/* Bind the Frames to the model of a Spread that uses them (the first one's). */
+static int frames_bind(Frames *f, Model *m) {
+    if (f->model == m) return 0;
+    if (f->model != NULL) {
+        PyErr_SetString(PyExc_ValueError, "the frames are another model's");
+        return -1;
+    }
+    size_t nodes = (size_t)m->n + 1, edges = (size_t)m->start[m->n] + 1;
+    double *last_inv = PyMem_Malloc(nodes * sizeof(double));
+    double *last_peer = PyMem_Malloc(edges * sizeof(double));
+    if (last_inv == NULL || last_peer == NULL) {
+        PyMem_Free(last_inv);
+        PyMem_Free(last_peer);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < nodes; i++) last_inv[i] = NAN;
+    for (size_t i = 0; i < edges; i++) last_peer[i] = NAN;
+    PyMem_Free(f->last_inv);
+    PyMem_Free(f->last_peer);
+    f->last_inv = last_inv;
+    f->last_peer = last_peer;
+    Py_INCREF(m);
+    f->model = m;
+    return 0;
+}
+
+/* The ticks went back: from now on the exact sets answer. */
+static int frames_go_exact(Frames *f) {
+    if (fset_of_log(&f->inv_keys, &f->inv_log) < 0) return -1;
+    if (fset_of_log(&f->inv_peers, &f->peer_log) < 0) {
+        PyMem_Free(f->inv_keys.slots);
+        f->inv_keys.slots = NULL;
+        return -1;
+    }
+    f->exact = 1;
+    return 0;
+}
+
+/* Remember (a, tick) in a log with its latest ticks `last` (a's slot) and, once exact, its
+ * set: 1 if it was new, 0 if present, -1 on error. */
+static inline int frames_add(Frames *f, double *last, FLog *log, FSet *set, int32_t a, int32_t b,
+                             double t) {
+    double was = last[a];
+    if (!f->exact) {
+        if (t == was) return 0;
+        if (t > was || isnan(was)) {
+            if (flog_add(log, a, b, t) < 0) return -1;
+            last[a] = t;
+            return 1;
+        }
+        if (frames_go_exact(f) < 0) return -1;
+    }
+    int added = fset_add(set, a, b, t);
+    if (added == 1) {
+        if (flog_add(log, a, b, t) < 0) return -1;
+        if (!(t <= was)) last[a] = t;
+    }
+    return added;
+}
+
+/* node's inv frames of tick t (the Python Frames.inv_peers(node, t)): 1 if new. */
+static inline int frames_inv(Frames *f, int32_t node, double t) {
+    return frames_add(f, f->last_inv, &f->inv_log, &f->inv_keys, node, -1, t);
+}
+
+/* The frame of tick t over the canonical edge e (announcer -> peer): 1 if new. */
+static inline int frames_peer(Frames *f, int32_t e, double t) {
+    return frames_add(f, f->last_peer, &f->peer_log, &f->inv_peers, e, 0, t);
+}
+
+static int frames_traverse(Frames *f, visitproc visit, void *arg) {
+    Py_VISIT(f->model);
+    return 0;
+}
+
+static int frames_clear(Frames *f) {
+    /* the arrays stay (sized for the model): a cleared Frames is not used again */
+    Py_CLEAR(f->model);
+    return 0;
+}
+
 static void frames_dealloc(Frames *f) {
+    PyObject_GC_UnTrack(f);
+    Py_XDECREF(f->model);
+    PyMem_Free(f->last_inv);
+    PyMem_Free(f->last_peer);
+    PyMem_Free(f->inv_log.items);
+    PyMem_Free(f->peer_log.items);
     PyMem_Free(f->inv_keys.slots);
     PyMem_Free(f->inv_peers.slots);
     PyMem_Free(f->getdata.slots);
@@ -480,48 +690,67 @@ static void frames_dealloc(Frames *f) {
 }
 
 static PyObject *frames_count(Frames *f, PyObject *unused) {
-    return PyLong_FromSize_t(f->inv_keys.len);
+    return PyLong_FromSize_t(f->inv_log.len);
 }
 
 static PyObject *frames_prune(Frames *f, PyObject *arg) {
     double before = PyFloat_AsDouble(arg);
     if (before == -1.0 && PyErr_Occurred()) return NULL;
-    FSet *sets[3] = {&f->inv_keys, &f->inv_peers, &f->getdata};
-    for (int i = 0; i < 3; i++) {
-        size_t keep = 0;
-        for (size_t j = 0; j < sets[i]->cap; j++) {
-            if (sets[i]->slots[j].a != -1 && sets[i]->slots[j].t >= before) keep++;
+    flog_prune(&f->inv_log, before);
+    flog_prune(&f->peer_log, before);
+    if (f->model != NULL) { /* the latest tick goes when it is before: then all its went */
+        for (Py_ssize_t v = 0; v < f->model->n; v++) {
+            if (!(f->last_inv[v] >= before)) f->last_inv[v] = NAN;
         }
-        if (fset_rebuild(sets[i], 2 * keep + 2, before) < 0) return NULL;
+        for (Py_ssize_t e = 0; e < f->model->start[f->model->n]; e++) {
+            if (!(f->last_peer[e] >= before)) f->last_peer[e] = NAN;
+        }
     }
+    if (f->exact) {
+        PyMem_Free(f->inv_keys.slots);
+        PyMem_Free(f->inv_peers.slots);
+        f->inv_keys.slots = f->inv_peers.slots = NULL;
+        f->exact = 0;
+        if (frames_go_exact(f) < 0) return NULL;
+    }
+    size_t keep = 0;
+    for (size_t j = 0; j < f->getdata.cap; j++) {
+        if (f->getdata.slots[j].a != -1 && f->getdata.slots[j].t >= before) keep++;
+    }
+    if (fset_rebuild(&f->getdata, 2 * keep + 2, before) < 0) return NULL;
     Py_RETURN_NONE;
 }
+
+static PyObject *frames_exact(Frames *f, void *closure) { return PyBool_FromLong(f->exact); }
 
 /* (invs, getdata) as the Python Frames holds them: {(announcer, tick): {peers}}, {(asker,
  * announcer, tick)}. */
 static PyObject *frames_snapshot(Frames *f, PyObject *unused) {
     PyObject *invs = PyDict_New(), *getdata = PySet_New(NULL), *key = NULL, *peers = NULL;
     if (invs == NULL || getdata == NULL) goto fail;
-    for (size_t j = 0; j < f->inv_keys.cap; j++) {
-        FKey k = f->inv_keys.slots[j];
-        if (k.a == -1) continue;
+    for (size_t j = 0; j < f->inv_log.len; j++) {
+        FKey k = f->inv_log.items[j];
         if ((key = Py_BuildValue("(id)", k.a, k.t)) == NULL) goto fail;
         if ((peers = PySet_New(NULL)) == NULL) goto fail;
         if (PyDict_SetItem(invs, key, peers) < 0) goto fail;
         Py_CLEAR(key);
         Py_CLEAR(peers);
     }
-    for (size_t j = 0; j < f->inv_peers.cap; j++) {
-        FKey k = f->inv_peers.slots[j];
-        if (k.a == -1) continue;
-        if ((key = Py_BuildValue("(id)", k.a, k.t)) == NULL) goto fail;
+    for (size_t j = 0; j < f->peer_log.len; j++) {
+        FKey k = f->peer_log.items[j];
+        if (f->model == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "inv peers without a model");
+            goto fail;
+        }
+        if ((key = Py_BuildValue("(id)", f->model->src[k.a], k.t)) == NULL) goto fail;
         PyObject *found = PyDict_GetItemWithError(invs, key); /* borrowed */
         if (found == NULL) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "inv peer without frame");
             goto fail;
         }
         Py_CLEAR(key);
-        if ((key = PyLong_FromLong(k.b)) == NULL || PySet_Add(found, key) < 0) goto fail;
+        if ((key = PyLong_FromLong(f->model->peer[k.a])) == NULL || PySet_Add(found, key) < 0)
+            goto fail;
         Py_CLEAR(key);
     }
     for (size_t j = 0; j < f->getdata.cap; j++) {
@@ -552,24 +781,35 @@ static PyMethodDef frames_methods[] = {
     {NULL},
 };
 
+static PyGetSetDef frames_getset[] = {
+    {"exact", (getter)frames_exact, NULL,
+     "True once a node's tick went back (searches out of step): exact sets answer since.", NULL},
+    {NULL},
+};
+
 static PyTypeObject FramesType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._flow.Frames",
     .tp_basicsize = sizeof(Frames),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)frames_traverse,
+    .tp_clear = (inquiry)frames_clear,
     .tp_doc = "Which frames were charged already, shared by all txs (txflow.Frames).",
     .tp_new = frames_new,
     .tp_dealloc = (destructor)frames_dealloc,
     .tp_methods = frames_methods,
+    .tp_getset = frames_getset,
 };
 
 /* ----------------------------------------------------------------------------------- Spread */
 
-typedef struct {
-    uint64_t tkey; /* the time as an unsigned key in the same order (time_key) */
-    uint64_t ks;   /* kind << 60 | seq: the order of entries at equal times */
-    double t;
-    int32_t node, peer, edge; /* edge: announcer -> the other end (INV, GETDATA, TX), else -1 */
-} Entry;
+/* A search entry: one 128-bit key, compared as one integer. The high 64 bits are the time as an
+ * unsigned key in the same order (time_key); the low 64 bits: kind (4 bits) << 60 | seq
+ * (SEQ_BITS) << 32 | a 32-bit payload, the node (K_ANNOUNCE) or the edge announcer -> the other
+ * end (K_INV, K_GETDATA, K_TX; the nodes are the model's src[e] and peer[e]). seq is unique in a
+ * spread, so the order is (time, kind, seq) whatever the payload: Python's heap order. */
+typedef unsigned __int128 Entry;
+#define SEQ_BITS 28
+#define SEQ_MAX ((1LL << SEQ_BITS) - 1)
 
 /* Doubles as unsigned keys in their order (-0.0 as 0.0, equal in Python): the entries' order
  * (time, kind, seq) is then one 128-bit comparison, without a branch to mispredict. */
@@ -580,31 +820,60 @@ static inline uint64_t time_key(double t) {
     return (b >> 63) ? ~b : (b | 0x8000000000000000ULL);
 }
 
+/* time_key's inverse: the very double pushed (push refuses -0.0, the one time_key changes). */
+static inline double key_time(uint64_t k) {
+    uint64_t b = (k >> 63) ? (k & 0x7FFFFFFFFFFFFFFFULL) : ~k;
+    double t;
+    memcpy(&t, &b, sizeof t);
+    return t;
+}
+
+static inline double entry_time(Entry e) { return key_time((uint64_t)(e >> 64)); }
+static inline int entry_kind(Entry e) { return (int)((uint64_t)e >> 60); }
+static inline int32_t entry_payload(Entry e) { return (int32_t)(uint32_t)(uint64_t)e; }
+
+/* A node's labels in a spread, together: an announcement reads its neighbours' tick, source and
+ * best at once (one cache line, mostly: 28 bytes). */
+#pragma pack(push, 4)
+typedef struct {
+    double tick;    /* NaN: absent */
+    double best;    /* INFINITY: absent */
+    double arrival; /* NaN: absent */
+    int32_t source; /* NO_SOURCE: absent; -1: where it entered */
+} Label;
+#pragma pack(pop)
+_Static_assert(sizeof(Label) == 28, "a Label is 28 bytes");
+
 typedef struct {
     PyObject_HEAD
     Model *model;
     Frames *frames; /* NULL: every message is a frame of its own */
     PyObject *sizes;
     long long size_inv, size_getdata, size_tx;
-    int32_t *source; /* NO_SOURCE: absent; -1: where it entered */
-    double *best;    /* INFINITY: absent */
-    double *tick;    /* NaN: absent */
-    double *arrival; /* NaN: absent */
+    Label *lab;      /* per node */
     Entry *heap;
+    void *heap_raw; /* the heap's allocation (heap is aligned in it: heap_alloc) */
     size_t hlen, hcap;
     long long seq;
     long long waiting;
     long long invs, inv_frames, fetches, getdata_frames;
 } Spread;
 
+/* An array of `cap` entries where the four children 4i + 1 .. 4i + 4 of an entry share one
+ * 64-byte cache line (heap + 1 is 64-aligned); *raw: the allocation, to free. */
+static Entry *heap_alloc(size_t cap, void **raw) {
+    char *p = PyMem_Malloc(cap * sizeof(Entry) + 64);
+    *raw = p;
+    if (p == NULL) return NULL;
+    uintptr_t first = ((uintptr_t)p + sizeof(Entry) + 63) & ~(uintptr_t)63;
+    return (Entry *)(first - sizeof(Entry));
+}
+
 static void spread_free_labels(Spread *s) {
-    PyMem_Free(s->source);
-    PyMem_Free(s->best);
-    PyMem_Free(s->tick);
-    PyMem_Free(s->arrival);
-    PyMem_Free(s->heap);
-    s->source = NULL;
-    s->best = s->tick = s->arrival = NULL;
+    PyMem_Free(s->lab);
+    PyMem_Free(s->heap_raw);
+    s->heap_raw = NULL;
+    s->lab = NULL;
     s->heap = NULL;
     s->hlen = s->hcap = 0;
 }
@@ -667,27 +936,29 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
         return -1;
     }
     size_t n = (size_t)m->n + 1;
-    s->source = PyMem_Malloc(n * sizeof(int32_t));
-    s->best = PyMem_Malloc(n * sizeof(double));
-    s->tick = PyMem_Malloc(n * sizeof(double));
-    s->arrival = PyMem_Malloc(n * sizeof(double));
+    s->lab = PyMem_Malloc(n * sizeof(Label));
     s->hcap = 64;
-    s->heap = PyMem_Malloc(s->hcap * sizeof(Entry));
-    if (s->source == NULL || s->best == NULL || s->tick == NULL || s->arrival == NULL ||
+    s->heap = heap_alloc(s->hcap, &s->heap_raw);
+    if (s->lab == NULL ||
         s->heap == NULL) {
         spread_free_labels(s);
         PyErr_NoMemory();
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        s->source[i] = NO_SOURCE;
-        s->best[i] = INFINITY;
-        s->tick[i] = NAN;
-        s->arrival[i] = NAN;
+        s->lab[i].source = NO_SOURCE;
+        s->lab[i].best = INFINITY;
+        s->lab[i].tick = NAN;
+        s->lab[i].arrival = NAN;
     }
     Py_INCREF(model);
     s->model = m;
     if (frames != Py_None) {
+        if (frames_bind((Frames *)frames, m) < 0) {
+            Py_CLEAR(s->model);
+            spread_free_labels(s);
+            return -1;
+        }
         Py_INCREF(frames);
         s->frames = (Frames *)frames;
     }
@@ -697,29 +968,37 @@ static int spread_init(Spread *s, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-static inline int entry_less(const Entry *a, const Entry *b) {
-    unsigned __int128 x = (unsigned __int128)a->tkey << 64 | a->ks;
-    unsigned __int128 y = (unsigned __int128)b->tkey << 64 | b->ks;
-    return x < y;
-}
-
-static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, int32_t edge) {
+/* Add an entry: at `t`, of `kind`, with its payload (a node or an edge, see Entry). */
+static int push(Spread *s, double t, int kind, int32_t payload) {
     if (s->hlen == s->hcap) {
         size_t cap = s->hcap == 0 ? 64 : 2 * s->hcap;
-        Entry *heap = PyMem_Realloc(s->heap, cap * sizeof(Entry));
+        void *raw;
+        Entry *heap = heap_alloc(cap, &raw);
         if (heap == NULL) {
             PyErr_NoMemory();
             return -1;
         }
+        if (s->hlen > 0) memcpy(heap, s->heap, s->hlen * sizeof(Entry));
+        PyMem_Free(s->heap_raw);
+        s->heap_raw = raw;
         s->heap = heap;
         s->hcap = cap;
     }
-    Entry e = {time_key(t), (uint64_t)kind << 60 | (uint64_t)++s->seq, t, node, peer, edge};
+    if (s->seq >= SEQ_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a search of more entries than its key holds");
+        return -1;
+    }
+    if (t == 0.0 && signbit(t)) { /* its key is 0.0's: popped, it would be 0.0 */
+        PyErr_SetString(PyExc_ValueError, "a search entry at -0.0 ms");
+        return -1;
+    }
+    Entry e = (Entry)time_key(t) << 64 |
+              ((uint64_t)kind << 60 | (uint64_t)++s->seq << 32 | (uint32_t)payload);
     size_t i = s->hlen++;
     Entry *h = s->heap;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!entry_less(&e, &h[parent])) break;
+    while (i > 0) { /* a 4-ary heap: the children of i are 4i + 1 .. 4i + 4 */
+        size_t parent = (i - 1) / 4;
+        if (!(e < h[parent])) break;
         h[i] = h[parent];
         i = parent;
     }
@@ -727,7 +1006,7 @@ static int push(Spread *s, double t, int32_t kind, int32_t node, int32_t peer, i
     return 0;
 }
 
-/* The least entry out: the hole at the root goes down to a leaf along the lesser children,
+/* The least entry out: the hole at the root goes down to a leaf along the least children,
  * then the last entry goes up from there (fewer comparisons than a plain sift-down). */
 static Entry pop(Spread *s) {
     Entry *h = s->heap;
@@ -736,18 +1015,25 @@ static Entry pop(Spread *s) {
     size_t n = s->hlen, i = 0;
     if (n == 0) return top;
     for (;;) {
-        size_t c = 2 * i + 1;
-        if (c + 1 < n) {
-            c += entry_less(&h[c + 1], &h[c]);
-        } else if (c >= n) {
+        size_t c = 4 * i + 1, m;
+        if (c + 3 < n) {
+            size_t a = h[c + 1] < h[c] ? c + 1 : c;
+            size_t b = h[c + 3] < h[c + 2] ? c + 3 : c + 2;
+            m = h[b] < h[a] ? b : a;
+        } else if (c < n) {
+            m = c;
+            for (size_t j = c + 1; j < n; j++) {
+                if (h[j] < h[m]) m = j;
+            }
+        } else {
             break;
         }
-        h[i] = h[c];
-        i = c;
+        h[i] = h[m];
+        i = m;
     }
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!entry_less(&last, &h[parent])) break;
+        size_t parent = (i - 1) / 4;
+        if (!(last < h[parent])) break;
         h[i] = h[parent];
         i = parent;
     }
@@ -774,49 +1060,75 @@ static int check_node(Spread *s, long long node) {
 
 /* txflow.accept */
 static int do_accept(Spread *s, int32_t node, double at) {
-    if (isnan(s->arrival[node])) s->arrival[node] = at;
-    if (s->source[node] == NO_SOURCE) s->source[node] = -1;
+    Label *l = &s->lab[node];
+    if (isnan(l->arrival)) l->arrival = at;
+    if (l->source == NO_SOURCE) l->source = -1;
     double tick;
     if (next_tick(s->model, node, at, &tick) < 0) return -1;
-    return push(s, tick, K_ANNOUNCE, node, -1, -1);
+    return push(s, tick, K_ANNOUNCE, node);
 }
 
-/* txflow.announce */
+/* txflow.announce. All its sends leave node's uplink: its free time (Model.upload_free) is read
+ * at the first send over a finite-rate link and written back at the end (the same bookings:
+ * nothing else reads it in between). */
 static int do_announce(Spread *s, int32_t node, double tick_ms) {
     Model *m = s->model;
-    double *ticks = s->tick, *best = s->best;
-    int32_t *fetching = s->source;
-    ticks[node] = tick_ms;
-    int32_t source = fetching[node] == NO_SOURCE ? -1 : fetching[node];
+    Label *lab = s->lab;
+    lab[node].tick = tick_ms;
+    int32_t source = lab[node].source == NO_SOURCE ? -1 : lab[node].source;
     long long inv_size = s->size_inv;
     if (inv_delays(m, inv_size) < 0) return -1;
     const double *backs = m->inv_back;
     Frames *frames = s->frames;
-    if (frames != NULL && fset_add(&frames->inv_keys, node, -1, tick_ms) < 0) return -1;
+    if (frames != NULL && frames->model != m) { /* cleared (a cycle freed) */
+        PyErr_SetString(PyExc_RuntimeError, "the frames were cleared");
+        return -1;
+    }
+    if (frames != NULL && frames_inv(frames, node, tick_ms) < 0) return -1;
+    const int32_t *canon = m->canon;
+    const double processing = m->processing;
     long long invs = 0, new_frames = 0;
+    double free_at = 0.0; /* node's uplink, once read */
+    int read = 0, ok = 0;
     for (Py_ssize_t e = m->start[node]; e < m->start[node + 1]; e++) {
         int32_t peer = m->peer[e];
         if (peer == source) continue;
-        double told = ticks[peer];
+        Label *p = &lab[peer];
+        double told = p->tick;
         if (!isnan(told) && told + backs[e] < tick_ms) continue; /* its own inv reached us first: known to have it */
         invs++;
         long long size = inv_size;
         if (frames == NULL) {
             new_frames++;
         } else {
-            int added = fset_add(&frames->inv_peers, node, peer, tick_ms);
-            if (added < 0) return -1;
+            int added = frames_peer(frames, canon == NULL ? (int32_t)e : canon[e], tick_ms);
+            if (added < 0) goto done;
             new_frames += added;
             if (!added) size = ITEM_BYTES; /* one more item of that tick's frame */
         }
-        double at;
-        if (send(m, node, m->rate_out[e], m->lat_out[e], size, tick_ms, &at) < 0) return -1;
-        if (fetching[peer] != NO_SOURCE) continue;
-        if (at < best[peer]) {
-            best[peer] = at;
-            if (push(s, at, K_INV, peer, node, (int32_t)e) < 0) return -1;
+        double at, rate = m->rate_out[e];
+        if (rate == INFINITY) { /* LinkModel.send, step for step */
+            at = tick_ms + m->lat_out[e] + processing;
+        } else {
+            if (!read) {
+                if (uplink_read(m, node, &free_at) < 0) goto done;
+                read = 1;
+            }
+            double start = free_at;
+            if (start < tick_ms) start = tick_ms;
+            free_at = start + (double)(size * 8) / rate;
+            at = free_at + m->lat_out[e] + processing;
+        }
+        if (p->source != NO_SOURCE) continue;
+        if (at < p->best) {
+            p->best = at;
+            if (push(s, at, K_INV, (int32_t)e) < 0) goto done;
         }
     }
+    ok = 1;
+done:
+    if (read && uplink_write(m, node, free_at) < 0) return -1;
+    if (!ok) return -1;
     s->invs += invs;
     s->inv_frames += new_frames;
     return 0;
@@ -825,20 +1137,20 @@ static int do_announce(Spread *s, int32_t node, double tick_ms) {
 /* txflow.fetch; `edge` is announcer -> node. */
 static int do_fetch(Spread *s, int32_t node, int32_t announcer, int32_t edge, double inv_ms) {
     Model *m = s->model;
-    s->source[node] = announcer;
+    s->lab[node].source = announcer;
     s->fetches++;
     long long size = s->size_getdata;
     if (s->frames == NULL) {
         s->getdata_frames++;
     } else {
-        int added = fset_add(&s->frames->getdata, node, announcer, s->tick[announcer]);
+        int added = fset_add(&s->frames->getdata, node, announcer, s->lab[announcer].tick);
         if (added < 0) return -1;
         s->getdata_frames += added;
         if (!added) size = ITEM_BYTES;
     }
     double there;
     if (send(m, node, m->rate_back[edge], m->lat_back[edge], size, inv_ms, &there) < 0) return -1;
-    return push(s, there, K_GETDATA, announcer, node, edge);
+    return push(s, there, K_GETDATA, edge);
 }
 
 /* txflow.answer: node's getdata landed at announcer at `at`; `edge` is announcer -> node. */
@@ -847,8 +1159,12 @@ static int do_answer(Spread *s, int32_t announcer, int32_t node, int32_t edge, d
     double there;
     if (send(m, announcer, m->rate_out[edge], m->lat_out[edge], s->size_tx, at, &there) < 0)
         return -1;
-    return push(s, there, K_TX, node, announcer, edge);
+    return push(s, there, K_TX, edge);
 }
+
+/* The Knowledge attributes the gate reads, interned once (not made from C strings at every
+ * advance). */
+static PyObject *str_holders, *str_everywhere, *str_nodes;
 
 /* What the gate says of a relay node; -1 on error. */
 typedef struct {
@@ -932,9 +1248,9 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     if (g.how == HOW_KNOWLEDGE) {
-        g.holders = PyObject_GetAttrString(g.arg, "holders");
-        g.everywhere = PyObject_GetAttrString(g.arg, "everywhere");
-        PyObject *nodes = PyObject_GetAttrString(g.arg, "_nodes");
+        g.holders = PyObject_GetAttr(g.arg, str_holders);
+        g.everywhere = PyObject_GetAttr(g.arg, str_everywhere);
+        PyObject *nodes = PyObject_GetAttr(g.arg, str_nodes);
         if (nodes != NULL) {
             g.nodes = PyLong_AsSsize_t(nodes);
             Py_DECREF(nodes);
@@ -949,35 +1265,41 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "bad gate kind %d", g.how);
         return NULL;
     }
-    PyObject **objs = s->model->node_obj;
+    Model *m = s->model;
+    PyObject **objs = m->node_obj;
     while (s->hlen > 0) {
-        if (s->heap[0].t > until) { /* the next entry lies past until: pause before it */
-            result = Py_BuildValue("(iid)", -1, -1, s->heap[0].t);
+        double t = entry_time(s->heap[0]);
+        if (t > until) { /* the next entry lies past until: pause before it */
+            result = Py_BuildValue("(iid)", -1, -1, t);
             goto done;
         }
         Entry e = pop(s);
-        int kind = (int)(e.ks >> 60);
+        int kind = entry_kind(e);
+        int32_t x = entry_payload(e);
         if (kind == K_ANNOUNCE) {
-            if (do_announce(s, e.node, e.t) < 0) goto done;
-        } else if (kind == K_INV) {
-            if (s->source[e.node] == NO_SOURCE && do_fetch(s, e.node, e.peer, e.edge, e.t) < 0)
+            if (do_announce(s, x, t) < 0) goto done;
+        } else if (kind == K_INV) { /* the inv of src[x] landed at peer[x] */
+            int32_t node = m->peer[x];
+            if (s->lab[node].source == NO_SOURCE && do_fetch(s, node, m->src[x], x, t) < 0)
                 goto done;
-        } else if (kind == K_GETDATA) {
-            if (do_answer(s, e.node, e.peer, e.edge, e.t) < 0) goto done;
-        } else if (isnan(s->arrival[e.node])) {
-            int verdict = e.node < full ? G_STOP : gate_verdict(&g, objs[e.node]);
+        } else if (kind == K_GETDATA) { /* peer[x]'s getdata landed at src[x] */
+            if (do_answer(s, m->src[x], m->peer[x], x, t) < 0) goto done;
+        } else if (isnan(s->lab[m->peer[x]].arrival)) { /* the tx of src[x] landed at peer[x] */
+            int32_t node = m->peer[x];
+            int verdict = node < full ? G_STOP : gate_verdict(&g, objs[node]);
             if (verdict < 0) goto done;
-            s->arrival[e.node] = e.t;
+            s->lab[node].arrival = t;
             if (verdict == G_STOP) {
-                s->waiting = e.node;
-                result = Py_BuildValue("(OOd)", objs[e.node], objs[e.peer], e.t);
+                s->waiting = node;
+                result = Py_BuildValue("(OOd)", objs[node], objs[m->src[x]], t);
                 goto done;
             }
-            if (verdict == G_PASS && do_accept(s, e.node, e.t) < 0) goto done;
+            if (verdict == G_PASS && do_accept(s, node, t) < 0) goto done;
         }
     }
     /* finished: only the labels are kept */
-    PyMem_Free(s->heap);
+    PyMem_Free(s->heap_raw);
+    s->heap_raw = NULL;
     s->heap = NULL;
     s->hcap = 0;
     result = Py_None;
@@ -988,12 +1310,14 @@ done:
     return result;
 }
 
-static PyObject *labels_dict(Spread *s, const double *values, int absent_is_inf) {
+/* Node -> the label at `offset` in each node's Label. */
+static PyObject *labels_dict(Spread *s, size_t offset, int absent_is_inf) {
     if (ready(s) < 0) return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
     for (Py_ssize_t v = 0; v < s->model->n; v++) {
-        double x = values[v];
+        double x;
+        memcpy(&x, (const char *)&s->lab[v] + offset, sizeof x);
         if (absent_is_inf ? x == INFINITY : isnan(x)) continue;
         PyObject *f = PyFloat_FromDouble(x);
         if (f == NULL || PyDict_SetItem(d, s->model->node_obj[v], f) < 0) {
@@ -1006,17 +1330,19 @@ static PyObject *labels_dict(Spread *s, const double *values, int absent_is_inf)
     return d;
 }
 
-static PyObject *spread_arrival(Spread *s, void *c) { return labels_dict(s, s->arrival, 0); }
-static PyObject *spread_tick(Spread *s, void *c) { return labels_dict(s, s->tick, 0); }
-static PyObject *spread_best(Spread *s, void *c) { return labels_dict(s, s->best, 1); }
+static PyObject *spread_arrival(Spread *s, void *c) {
+    return labels_dict(s, offsetof(Label, arrival), 0);
+}
+static PyObject *spread_tick(Spread *s, void *c) { return labels_dict(s, offsetof(Label, tick), 0); }
+static PyObject *spread_best(Spread *s, void *c) { return labels_dict(s, offsetof(Label, best), 1); }
 
 static PyObject *spread_source(Spread *s, void *c) {
     if (ready(s) < 0) return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
     for (Py_ssize_t v = 0; v < s->model->n; v++) {
-        if (s->source[v] == NO_SOURCE) continue;
-        PyObject *src = PyLong_FromLong(s->source[v]);
+        if (s->lab[v].source == NO_SOURCE) continue;
+        PyObject *src = PyLong_FromLong(s->lab[v].source);
         if (src == NULL || PyDict_SetItem(d, s->model->node_obj[v], src) < 0) {
             Py_XDECREF(src);
             Py_DECREF(d);
@@ -1038,8 +1364,7 @@ static PyObject *spread_pending(Spread *s, void *c) { return PyLong_FromSize_t(s
 static PyObject *spread_labels_bytes(Spread *s, void *c) {
     if (ready(s) < 0) return NULL;
     size_t n = (size_t)s->model->n + 1;
-    return PyLong_FromSize_t(n * (sizeof(int32_t) + 3 * sizeof(double)) +
-                             s->hcap * sizeof(Entry));
+    return PyLong_FromSize_t(n * sizeof(Label) + s->hcap * sizeof(Entry));
 }
 
 static PyGetSetDef spread_getset[] = {
@@ -1101,6 +1426,11 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__flow(void) {
     if (PyType_Ready(&ModelType) < 0 || PyType_Ready(&FramesType) < 0 ||
         PyType_Ready(&SpreadType) < 0)
+        return NULL;
+    if (str_holders == NULL && ((str_holders = PyUnicode_InternFromString("holders")) == NULL ||
+                                (str_everywhere = PyUnicode_InternFromString("everywhere")) ==
+                                    NULL ||
+                                (str_nodes = PyUnicode_InternFromString("_nodes")) == NULL))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -184,7 +184,7 @@ def _drive(
     preknown: dict[bytes, set[int]],
     prune_every: int,
     horizon: float = math.inf,
-) -> tuple[list[tuple[object, ...]], object, tuple[object, object], list[str]]:
+) -> tuple[list[tuple[object, ...]], object, tuple[object, object], list[str], bool | None]:
     """Several txs spread interleaved, as TxFlow runs them: each stops at full nodes, whose
     verdict (``refused``) is given at the next round, or pauses before an entry after round
     times ``horizon`` ms (it goes on at the next round); relay-only nodes learn through a
@@ -271,7 +271,35 @@ def _drive(
         (knowledge.holders, knowledge.everywhere),
         snapshot,
         [x.hex() for x in model.upload_free],
+        frames.exact if isinstance(frames, KFrames) else None,
     )
+
+
+@pytest.mark.parametrize("start", [-1234.5, -250.0, -0.0, 1e-300, 3.0e9])
+def test_times_below_zero_and_far_out_are_identical(start: float) -> None:
+    """The kernel's entries keep a time as its order key and read it back from there: negative,
+    zero, tiny and large times come back bit-equal."""
+    model, fresh = _graph(60, 8), _graph(60, 8)
+    py = earliest_arrivals(model, 3, start, Sizes(61, 61, 250), kernel=False)
+    c = earliest_arrivals(fresh, 3, start, Sizes(61, 61, 250), kernel=True)
+    assert _labels(c) == _labels(py)
+    _exact(c.arrival, py.arrival)
+    _exact(c.tick, py.tick)
+    _exact(c.best_inv, py.best_inv)
+    _same_uplinks(fresh, model)
+
+
+def test_a_peer_listed_twice_shares_its_inv_frames_identically() -> None:
+    """Frames remember an inv frame per (announcer, peer, tick): a node that lists a peer twice
+    sends the second inv of a tick as one more item, in both searches."""
+    runs = []
+    for kernel in (False, True):
+        model = _graph(60, 9)
+        for v in range(0, 60, 3):  # a third of the nodes list their first peer again
+            model.neighbours[v].append(model.neighbours[v][0])  # type: ignore[attr-defined]
+        plan = [(bytes([i]) * 32, (7 * i) % 60, 40.0 * i, Sizes(61, 61, 300 + i)) for i in range(6)]
+        runs.append(_drive(model, kernel, plan, 0, "knowledge", lambda t, n: False, {}, 2)[:4])
+    assert runs[1] == runs[0]
 
 
 @pytest.mark.parametrize("horizon", [math.inf, 150.0])
@@ -326,6 +354,7 @@ def test_interleaved_txs_share_frames_identically(
     assert c[2] == py[2]
     assert c[3] == py[3]
     assert (py[3] != idle) == (not ties)  # the finite rates booked the queue
+    assert c[4] is True  # searches out of step: ticks went back, the exact sets answered
 
 
 @pytest.mark.parametrize(("n", "seed", "ties"), [(60, 4, False), (60, 5, True), (300, 6, False)])
@@ -440,6 +469,9 @@ def test_a_flow_simulation_is_identical_with_the_kernel(monkeypatch: pytest.Monk
         result = sim.run()
         assert sim.txflow is not None
         assert sim.txflow.kernel == kernel
+        if kernel == "c":  # the searches ran in step: each node's ticks went forward only
+            assert isinstance(sim.txflow.frames, KFrames)
+            assert not sim.txflow.frames.exact
         runs.append(
             (
                 json.dumps({k: v for k, v in result.metrics.items() if k not in WALL_FIELDS}),
