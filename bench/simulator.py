@@ -7,9 +7,11 @@ its own process (so peak RSS is that run's) with the default scenario at 8 block
 degree 8, ``regions2019`` delays and a Poisson tx load; every node is a full node. The last line
 is ``realtime_factor_1000: <simulated seconds per wall second at 1,000 nodes>``.
 
-``--full-nodes F`` makes only nodes 0..F-1 full and the others relay-only (``network.full_nodes``;
-not the headline figure). ``--log`` prints a progress line to stderr every 10 simulated seconds
-(simulated s, wall s, CPU s, events, RSS MiB), to extrapolate runs too long to finish, e.g.
+``--tx-relay flow`` spreads txs as the validated flow (``network.tx_relay``; default
+``messages``, the node relay's own messages). ``--full-nodes F`` makes only nodes 0..F-1 full
+and the others relay-only (``network.full_nodes``; not the headline figure). ``--log`` prints
+a progress line to stderr every 10 simulated seconds (simulated s, wall s, CPU s, events, RSS
+MiB), to extrapolate runs too long to finish, e.g.
 ``python bench/simulator.py --sizes 10000 --full-nodes 100 --duration 120 --log``.
 """
 
@@ -30,7 +32,13 @@ def _rss_mib() -> float:
 
 
 def one_run(
-    nodes: int, duration: float, tps: float, seed: int, full_nodes: int = 0, log: bool = False
+    nodes: int,
+    duration: float,
+    tps: float,
+    seed: int,
+    full_nodes: int = 0,
+    log: bool = False,
+    tx_relay: str = "messages",
 ) -> dict[str, float]:
     """Run one scenario in this process; report wall time, events and peak RSS."""
     from simulator.scenario import load_scenario
@@ -38,7 +46,12 @@ def one_run(
 
     scenario = load_scenario(
         None,
-        [f"load.tps={tps}", 'network.delay="regions2019"', f"network.full_nodes={full_nodes}"],
+        [
+            f"load.tps={tps}",
+            'network.delay="regions2019"',
+            f"network.full_nodes={full_nodes}",
+            f'network.tx_relay="{tx_relay}"',
+        ],
         nodes=nodes,
         duration_s=duration,
         seed=seed,
@@ -91,17 +104,26 @@ def main() -> None:
         "--full-nodes", type=int, default=0, help="nodes running the full core (0 = all)"
     )
     parser.add_argument("--log", action="store_true", help="progress lines on stderr")
+    parser.add_argument(
+        "--tx-relay",
+        choices=("messages", "flow"),
+        default="messages",
+        help="network.tx_relay: the node relay's tx messages, or the validated flow",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        row = one_run(args.child, args.duration, args.tps, args.seed, args.full_nodes, args.log)
+        row = one_run(
+            args.child, args.duration, args.tps, args.seed, args.full_nodes, args.log, args.tx_relay
+        )
         print(json.dumps(row))
         return
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
         cmd = [sys.executable, __file__, "--child", str(size), "--duration", str(args.duration)]
         cmd += ["--tps", str(args.tps), "--seed", str(args.seed)]
-        cmd += ["--full-nodes", str(args.full_nodes)] + (["--log"] if args.log else [])
+        cmd += ["--full-nodes", str(args.full_nodes), "--tx-relay", args.tx_relay]
+        cmd += ["--log"] if args.log else []
         out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
     cols = list(results[0])
