@@ -7,11 +7,12 @@ its own process (so peak RSS is that run's) with the default scenario at 8 block
 degree 8, ``regions2019`` delays and a Poisson tx load; every node is a full node. The last line
 is ``realtime_factor_1000: <simulated seconds per wall second at 1,000 nodes>``.
 
-``--tx-relay flow`` spreads txs as the validated flow (``network.tx_relay``; default
-``messages``, the node relay's own messages). ``--full-nodes F`` makes only nodes 0..F-1 full
-and the others relay-only (``network.full_nodes``; not the headline figure). ``--log`` prints
-a progress line to stderr every 10 simulated seconds (simulated s, wall s, CPU s, events, RSS
-MiB), to extrapolate runs too long to finish, e.g.
+``--tx-relay`` is ``network.tx_relay``: ``flow`` (the default since 2026-12-06: txs spread as
+the validated flow, docs/simulator.md says when to choose it) or ``messages`` (the node relay's
+own tx messages, which every figure before that date used). ``--full-nodes F`` makes only nodes
+0..F-1 full and the others relay-only (``network.full_nodes``; not the headline figure).
+``--log`` prints a progress line to stderr every 10 simulated seconds (simulated s, wall s, CPU
+s, events, RSS MiB), to extrapolate runs too long to finish, e.g.
 ``python bench/simulator.py --sizes 10000 --full-nodes 100 --duration 120 --log``.
 """
 
@@ -38,8 +39,8 @@ def one_run(
     seed: int,
     full_nodes: int = 0,
     log: bool = False,
-    tx_relay: str = "messages",
-) -> dict[str, float]:
+    tx_relay: str = "flow",
+) -> dict[str, float | str]:
     """Run one scenario in this process; report wall time, events and peak RSS."""
     from simulator.scenario import load_scenario
     from simulator.simulation import Simulation
@@ -79,6 +80,7 @@ def one_run(
     return {
         "nodes": nodes,
         "full_nodes": full_nodes or nodes,
+        "tx_relay": tx_relay,
         "sim_s": duration,
         "wall_s": round(wall, 2),
         "cpu_s": round(time.process_time() - cpu_started, 2),
@@ -107,8 +109,8 @@ def main() -> None:
     parser.add_argument(
         "--tx-relay",
         choices=("messages", "flow"),
-        default="messages",
-        help="network.tx_relay: the node relay's tx messages, or the validated flow",
+        default="flow",
+        help="network.tx_relay: the validated flow (default) or the node relay's tx messages",
     )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
