@@ -5,7 +5,9 @@ Opens the LevelDB store (crash recovery), prints ``ready``, applies the blocks o
 does not hold yet (one synced batch each), then prunes in steps of one level set (one synced
 batch each, as the daemon's pruning task does when ``--prune-depth`` is first turned on for a
 long chain), printing ``pruned H`` once a step's batch is written (H: the lowest height whose
-bodies remain), and ``done`` at the end. A kill lands while it validates or while it prunes.
+bodies remain) and then waiting for a line on stdin (the test's ``go``, so that it is never more
+than one step ahead of the reader), and ``done`` at the end. A kill lands while it validates or
+while it prunes.
 """
 
 import sys
@@ -38,6 +40,7 @@ def main(argv: list[str]) -> None:
     while pruner.step(STEP_BLOCKS):
         out.write(f"pruned {pruner.next_height}\n")
         out.flush()
+        sys.stdin.readline()  # the test's "go" (EOF: go on): at most one step ahead of it
     out.write("done\n")
     out.flush()
     store.close()

@@ -18,6 +18,7 @@ also sit exactly at a group boundary, holding the blocks of a prefix of the DAG 
 a milestone, never part of a group.
 """
 
+import contextlib
 import random
 import signal
 import subprocess
@@ -160,14 +161,19 @@ def start_pruning_child(db: Path, dag_file: Path) -> subprocess.Popen[str]:
             str(PRUNE_DEPTH),
         ],
         cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
 
 
 def read_pruned(proc: subprocess.Popen[str], count: int | None) -> tuple[int, bool]:
-    """Read up to ``count`` ``pruned H`` lines (all if None): (the last H, 0 if none; done)."""
+    """Read up to ``count`` ``pruned H`` lines (all if None): (the last H, 0 if none; done).
+
+    Each line read lets the child take its next step (``go``), so it is never more than one step
+    ahead of this reader: a loaded machine cannot let it run through the DAG between kills."""
     assert proc.stdout is not None
+    assert proc.stdin is not None
     last, seen = 0, 0
     while count is None or seen < count:
         line = proc.stdout.readline()
@@ -175,7 +181,19 @@ def read_pruned(proc: subprocess.Popen[str], count: int | None) -> tuple[int, bo
             return last, line == "done\n"
         if line.startswith("pruned "):
             last, seen = int(line.split()[1]), seen + 1
+            with contextlib.suppress(OSError):  # killed: what it printed before is still read
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
     return last, False
+
+
+def close_child(proc: subprocess.Popen[str]) -> None:
+    """Reap the child and close both pipes (a pipe left open warns in a later test)."""
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # its last "go" had nobody to read it
+                pipe.close()
 
 
 def check_pruned(db: Path, raws: list[bytes], reported: int) -> int:
@@ -212,22 +230,21 @@ def test_sigkill_while_pruning_loses_nothing_and_the_node_resumes(tmp_path: Path
     for _ in range(PRUNE_KILLS):
         proc = start_pruning_child(db, dag_file)
         last, done = read_pruned(proc, rng.randrange(0, 9))  # 0: often while validating
+        if done:
+            close_child(proc)
         assert not done, "the DAG ran out before the last kill; make it longer"
         time.sleep(rng.uniform(0, 0.004))  # inside the next block or pruning batch
         proc.send_signal(signal.SIGKILL)
         rest, _ = read_pruned(proc, None)  # printed before the kill: written too
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
+        close_child(proc)
         reported = max(reported, last, rest)
         below = check_pruned(db, raws, reported)
         landed.append((reported, below))
         reported = below
     proc = start_pruning_child(db, dag_file)
     _, done = read_pruned(proc, None)
-    assert proc.wait() == 0
-    assert proc.stdout is not None
-    proc.stdout.close()
+    close_child(proc)
+    assert proc.returncode == 0
     assert done
     below = check_pruned(db, raws, reported)
     assert below > reported, "the restarted node resumed pruning"
