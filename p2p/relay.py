@@ -205,14 +205,8 @@ class Relay:
         if peer is None:
             return []
         items = msg.items
-        if len(items) == 1 and items[0][0] == BLOCK and synced:  # a block's relay: the loop below
-            item = items[0][1]
-            if self.inventory.has_block(item):
-                if not self._forget:
-                    peer.known.add(item)
-                return []
-            peer.known.add(item)
-            fetch = self.fetcher.on_announce(item, key, now_ms)
+        if len(items) == 1 and items[0][0] == BLOCK and synced:  # a block's relay: no loop
+            fetch = self._announced_block(key, peer, items[0][1], now_ms)
             return self.request(key, items, now_ms) if fetch else []
         known = peer.known
         if not synced:
@@ -241,16 +235,21 @@ class Relay:
                 if item not in fetcher and fetcher.on_announce(item, key, now_ms):
                     want.append(pair)
             elif kind == BLOCK:
-                if inv.has_block(item):
-                    if not forget:
-                        add(item)
-                    continue
-                add(item)
-                if fetcher.on_announce(item, key, now_ms):
+                if self._announced_block(key, peer, item, now_ms):
                     want.append(pair)
             else:
                 add(item)
         return self.request(key, want, now_ms) if want else []
+
+    def _announced_block(self, key: str, peer: PeerRelay, item: bytes, now_ms: int) -> bool:
+        """``key`` announced block ``item``: note it knows it; True to getdata it from ``key``
+        now (P11: the first announcer; later ones wait as fallbacks)."""
+        if self.inventory.has_block(item):
+            if not self._forget:
+                peer.known.add(item)
+            return False
+        peer.known.add(item)
+        return self.fetcher.on_announce(item, key, now_ms)
 
     def request(self, key: str, items: Sequence[tuple[int, bytes]], now_ms: int) -> list[Send]:
         """getdata ``items`` from ``key``: at most two outstanding, the rest waits (P11)."""

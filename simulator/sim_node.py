@@ -385,7 +385,7 @@ _BLOCK_IDS: dict[int, tuple[bytes, bytes | None]] = {}
 receivers of a block get the same bytes object, so its header is hashed once, not once per node.
 Keyed by identity (a 512 KB block's content is never hashed) and holding the bytes, so an id is
 not reused while its entry lives; bounded (cleared when full)."""
-_BLOCK_IDS_MAX = 256
+_BLOCK_IDS_MAX = 64
 _INDEX: dict[str, int] = {}
 """Key -> node index (``peer_key`` in reverse, without parsing the string)."""
 
@@ -595,27 +595,16 @@ class RelayPort:
         key, now = _KEYS[src], int(self.hub.now_ms)
         dispatcher = self._dispatcher
         handlers = dispatcher.handlers
-        if len(msgs) == 1:  # the common case: the loop below without its list
-            msg = msgs[0]
+        out: list[Send] = []
+        for msg in msgs:  # Dispatcher.dispatch, inlined: this is the simulator's hottest loop
             handler = handlers.get(type(msg))
             sends = (
                 dispatcher.unexpected(key, msg, now) if handler is None else handler(key, msg, now)
             )
             if sends:
-                self.send(sends)
-        else:
-            out: list[Send] = []
-            for msg in msgs:  # Dispatcher.dispatch, inlined: this is the simulator's hottest loop
-                handler = handlers.get(type(msg))
-                sends = (
-                    dispatcher.unexpected(key, msg, now)
-                    if handler is None
-                    else handler(key, msg, now)
-                )
-                if sends:
-                    out += sends
-            if out:
-                self.send(out)
+                out += sends
+        if out:
+            self.send(out)
         if not self._armed:
             self._arm()
 
