@@ -14,6 +14,8 @@ from p2p import scores, wire
 
 KNOWN_INVENTORY_SIZE = 50_000
 """P11: known-inventory set per peer (LRU)."""
+RECENT_BLOCK_TXS = 50_000
+"""Txids of recently accepted blocks a node counts as had (docs/protocol.md decision 42)."""
 RELAY_PUSH = 3
 """P11 ``relay_push``: full blocks pushed to this many random peers, inv to the rest."""
 TX_INV_INTERVAL_MS = 250
@@ -252,6 +254,38 @@ class AnnouncedTxs:
             self._at.popitem(last=False)
 
 
+class RecentTxs:
+    """Txids seen in recently accepted blocks: a bounded rolling set (docs/protocol.md decision 42).
+
+    Two generations of ``size // 2`` each: once the newer is full it becomes the older and the
+    older is dropped, so between ``size // 2`` and ``size`` of the latest txids are held, exactly
+    (Bitcoin Core's recent-confirmed filter is a rolling Bloom filter of 48,000; a set never
+    answers wrongly, and a node's few MB do not matter).
+    """
+
+    __slots__ = ("_half", "_new", "_old")
+
+    def __init__(self, size: int = RECENT_BLOCK_TXS) -> None:
+        if size < 2:
+            raise ValueError("a RecentTxs holds at least 2 txids")
+        self._half = size // 2
+        self._new: set[bytes] = set()
+        self._old: set[bytes] = set()
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._new or item in self._old
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+    def add(self, item: bytes) -> None:
+        """Record ``item`` as seen now."""
+        new = self._new
+        new.add(item)
+        if len(new) >= self._half:
+            self._old, self._new = new, set()
+
+
 @dataclass(slots=True)
 class _Fetch:
     peer: str
@@ -349,6 +383,7 @@ class AddrLimiter:
 
 __all__ = [
     "MAX_OUTSTANDING_GETDATA",
+    "RECENT_BLOCK_TXS",
     "RELAY_PUSH",
     "REQUEST_TIMEOUT_MS",
     "TX_REANNOUNCE_MAX_ITEMS",

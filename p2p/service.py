@@ -10,7 +10,7 @@ queries (``dagchain.queries``) on the same thread, and never write to them.
 """
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, final
@@ -32,6 +32,7 @@ from dagchain.rules import is_stale_relay
 from dagchain.template import BlockTemplate, try_build_template
 from dagchain.transactions import Transaction, decode_transaction
 from dagchain.types import Address, BlockId, TxId
+from p2p.gossip import RecentTxs
 from p2p.serveholds import ServeHolds
 from p2p.sync import MAX_LEVEL_SETS_IN_FLIGHT
 from p2p.wire import block_frame_milestone_link
@@ -78,6 +79,8 @@ class NodeService:
         clock: Milliseconds since the epoch; the daemon passes wall time, tests a fixed value.
         decode_tx: Decodes a tx's bytes (T1); the simulator passes its shared
             ``DecodeCache.decode_tx`` (None: ``decode_transaction``).
+        block_txs: What :meth:`has_tx` asks besides the pool (decision 42); None: the txids of
+            the blocks accepted here lately (``RecentTxs``, the last 50,000).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class NodeService:
         mempool: Mempool,
         clock: Callable[[], int],
         decode_tx: Callable[[bytes], Transaction] | None = None,
+        block_txs: Container[bytes] | None = None,
     ) -> None:
         self.params = params
         self._decode_tx: Callable[[bytes], Transaction] = (
@@ -112,6 +116,12 @@ class NodeService:
         """(best height, time, estimate): :meth:`fee_estimate` walks the whole pool."""
         self.serve_holds = ServeHolds()
         """Level sets we listed to syncing peers: pruning keeps them (decision 40)."""
+        self._recent_txs: RecentTxs | None = None
+        if block_txs is None:
+            block_txs = self._recent_txs = RecentTxs()
+        self.block_txs: Container[bytes] = block_txs
+        """Txids of accepted blocks that :meth:`has_tx` counts as had (decision 42): the last
+        50,000 by default; a caller that knows them otherwise (the simulator) passes its own."""
 
     # ------------------------------------------------------------------ events
     def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
@@ -218,6 +228,13 @@ class NodeService:
             return
         for _, orphan_error in outcome.rejected_orphans:
             self.rejected[f"block:{orphan_error.rule}"] += 1
+        recent = self._recent_txs
+        if recent is not None:
+            for block_id in outcome.accepted:
+                block = self.chain.get_block(block_id)
+                if block is not None:
+                    for tx in block.txs:
+                        recent.add(tx.txid)
         if self._listeners:  # an event is built only for someone to read
             for block_id in outcome.accepted:
                 self._emit(self._block_event(block_id, now, peer, from_sync))
@@ -453,8 +470,9 @@ class NodeService:
         return None if block is None or block.pruned else block.raw
 
     def has_tx(self, txid: bytes) -> bool:
-        """True if the tx is in the mempool (only mempool txs are relayed, §11.3)."""
-        return txid in self.mempool
+        """True if the tx is in the mempool or in a recently accepted block: an announced tx we
+        have is not fetched (decision 42; only mempool txs are relayed, §11.3)."""
+        return txid in self.mempool or txid in self.block_txs
 
     def get_tx_raw(self, txid: bytes) -> bytes | None:
         """Canonical bytes of a mempool tx (only mempool txs are relayed, §11.3)."""

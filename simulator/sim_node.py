@@ -190,7 +190,12 @@ class SimNode:
         self.mempool = Mempool(params)
         decoder = caches.decoder if caches is not None else None
         self.service = NodeService(
-            params, self.chain, self.mempool, self.now, decoder.decode_tx if decoder else None
+            params,
+            self.chain,
+            self.mempool,
+            self.now,
+            decoder.decode_tx if decoder else None,
+            _SeenTxs(hub.known_txs, self.index),
         )
         """The daemon's chain owner: its block intake and its §7.5 admission (p2p/intake.py)."""
         self._limiter = scores.MissingInputLimiter()
@@ -350,6 +355,26 @@ class SimNode:
             self.hub.send_tx(self.index, txid, raw, src)
         else:
             self.rejected_txs += 1
+
+
+@final
+class _SeenTxs:
+    """What a full node's ``has_tx`` asks besides its pool (docs/protocol.md decision 42): the
+    txs it has seen, from the run's shared :class:`Knowledge` instead of a ``RecentTxs`` per
+    node. A superset of the daemon's recent block txs: it holds them all, unbounded (a run's
+    txs are few beside the daemon's 50,000), and the txs this node refused, which a redelivery
+    drops unexamined here anyway (``SimNode.on_deliver_tx``)."""
+
+    __slots__ = ("_index", "_known")
+
+    def __init__(self, known: Knowledge, index: int) -> None:
+        self._known = known
+        self._index = index
+
+    def __contains__(self, txid: object) -> bool:
+        known = self._known
+        found = known.holders.get(txid)  # type: ignore[call-overload]
+        return txid in known.everywhere if found is None else self._index in found
 
 
 @final

@@ -1,5 +1,7 @@
 """NodeService: chain + mempool glue and events, on a real devnet Chain over a MemoryStore."""
 
+import random
+
 import pytest
 
 from dagchain.blocks import Block
@@ -8,6 +10,9 @@ from dagchain.errors import InvalidTransaction, MalformedBlock
 from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolFull
 from dagchain.params import DEVNET
 from dagchain.types import BlockId
+from p2p import wire
+from p2p.gossip import RecentTxs
+from p2p.relay import Relay, RelaySettings
 from p2p.service import NodeEvent, NodeService
 from tests.dagchain.chainkit import Node, key, transfer
 
@@ -288,3 +293,43 @@ def test_a_full_pool_refuses_before_the_signature_check(h: Harness) -> None:
     h.service.submit_tx(second.raw)
     assert h.node.chain.signature_checks == checks + 1
     assert second.txid in h.service.mempool
+
+
+def test_a_tx_of_an_accepted_block_is_had_and_not_fetched_again(h: Harness) -> None:
+    """Decision 42: a tx carried by a block accepted here counts as had, so a peer's late
+    ``inv`` for it is not answered with a ``getdata`` (the tx would only be refused or sit
+    in the pool for nothing); it is still not served (only pool txs are relayed, §11.3)."""
+    warm = [h.mine(h.node.genesis, register=ALICE, ms=True)]
+    for _ in range(DEVNET.sortition_warmup - 1):
+        warm.append(h.mine(warm[-1].id, ms=True))
+    tx = transfer(
+        [(h.node.genesis, 0)], [(FAUCET_COINS - 5, BOB)], DEVNET, assigned_to=[warm[-1].id]
+    )
+    relay = Relay(h.service, random.Random(1), RelaySettings(forget_relayed=True))
+    relay.add_peer("late")
+    announce = wire.Inv(((int(wire.InvKind.TX), tx.txid),))
+    assert not h.service.has_tx(tx.txid)
+    h.mine(warm[-1].id, txs=[tx], ms=True)  # never in this node's pool
+    assert h.service.has_tx(tx.txid)
+    assert h.service.get_tx_raw(tx.txid) is None
+    assert relay.on_inv("late", announce, 0) == []
+    assert tx.txid not in relay.peers["late"].known.ids  # nothing kept for a tx we will not relay
+    other = transfer([(warm[0].id, 0)], [(1, BOB)], DEVNET)  # never seen: fetched as before
+    sends = relay.on_inv("late", wire.Inv(((int(wire.InvKind.TX), other.txid),)), 0)
+    assert [type(msg) for _, msg in sends] == [wire.GetData]
+
+
+def test_recent_txs_holds_the_latest_half_to_whole_of_its_size() -> None:
+    recent = RecentTxs(4)
+    for item in (b"a", b"b", b"c"):
+        recent.add(item)
+    assert all(item in recent for item in (b"a", b"b", b"c"))
+    assert len(recent) == 3
+    recent.add(b"d")  # the newer generation fills: the oldest two go
+    assert b"a" not in recent
+    assert b"b" not in recent
+    assert b"c" in recent
+    assert b"d" in recent
+    assert len(recent) == 2
+    with pytest.raises(ValueError, match="at least 2"):
+        RecentTxs(1)
