@@ -38,7 +38,8 @@ class Inventory(Protocol):
         ...
 
     def has_tx(self, txid: bytes) -> bool:
-        """True if the tx is in the pool (only pool txs are relayed, §11.3)."""
+        """True if we have the tx: in the pool, or in a recently accepted block (docs/protocol.md
+        decision 42); such a tx is not fetched. Only pool txs are relayed (§11.3)."""
         ...
 
     def get_block_raw(self, block_id: bytes) -> bytes | None:

@@ -525,7 +525,7 @@ class ServiceView:
         return self.service.has_block(block_id)
 
     def has_tx(self, txid: bytes) -> bool:
-        """True if the tx is in the pool."""
+        """True if the tx is in the pool or a recently accepted block (decision 42)."""
         return self.service.has_tx(txid)
 
     def get_block_raw(self, block_id: bytes) -> bytes | None:

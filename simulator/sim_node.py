@@ -372,9 +372,7 @@ class _SeenTxs:
         self._index = index
 
     def __contains__(self, txid: object) -> bool:
-        known = self._known
-        found = known.holders.get(txid)  # type: ignore[call-overload]
-        return txid in known.everywhere if found is None else self._index in found
+        return isinstance(txid, bytes) and self._known.knows(self._index, txid)
 
 
 @final
