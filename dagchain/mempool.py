@@ -11,9 +11,12 @@ Ordering never uses floats. A fee rate ``fee / size`` is turned into the integer
 ``fee * M // size`` with ``M = 2**(2 * max_bytes.bit_length())``. Every admitted tx has
 ``size <= max_bytes < 2**b`` (b = that bit length), so two distinct rates differ by at least
 ``1 / (s1 * s2) > 1 / M`` and therefore never share a key, and the key order is the exact order
-of the rationals. One sorted list of ``(-rate_key, seq, txid)`` tuples then serves both ends:
-its head is the template order (best rate, then earliest arrival, then txid) and its tail the
-eviction order (lowest rate, then newest arrival).
+of the rationals. Each entry carries one integer ``order = (-rate_key << 64) | seq`` (``seq``, its
+unique arrival number, is below ``2**64``), and one list of the entries sorted by it serves both
+ends: its head is the template order (best rate, then earliest arrival) and its tail the
+eviction order (lowest rate, then newest arrival). A pool of a simulator's thousand nodes holds
+per tx only the entry, that integer, its slots in the list, the dict and the heap, and one dict
+slot per input (the keys are the tx's own ``outpoints``).
 
 Eviction leaves a floor: after evicting, the pool refuses any tx whose rate is not strictly above
 the highest evicted rate, so the free bytes left by a large victim are not refilled by cheaper
@@ -25,6 +28,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar, Literal, final
 
 from dagchain.errors import DagchainError
@@ -48,11 +52,11 @@ Outpoint = tuple[bytes, int]
 """(txid, out_index) of a spent output; the same shape as ``dagchain.ledger.Outpoint``."""
 MempoolErrorCode = Literal["conflict", "full", "duplicate"]
 
-_OrderKey = tuple[int, int, TxId, int]
-"""``(-rate_key, seq, txid, size)``: ascending is template order, descending eviction order.
-
-``seq`` is unique, so comparisons never reach ``txid`` or ``size``; ``size`` rides along so that
-the template walk reads only the list (the walk is memory-bound at 50,000 txs)."""
+_SEQ_BITS = 64
+"""``MempoolEntry.order`` is ``(-rate_key << _SEQ_BITS) | seq``: ascending is template order,
+descending eviction order; ``seq`` is unique, so two entries never share it."""
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_ORDER = attrgetter("order")
 _HEAP_SLACK = 64
 """Stale expiry-heap items tolerated beyond the pool size before the heap is rebuilt."""
 
@@ -95,7 +99,8 @@ class MempoolEntry:
     """A pool tx with the fee the caller computed (V3), its byte size and arrival order.
 
     Entries order by ``(arrival_ms, seq)``: the pool's expiry heap holds them themselves (no
-    tuple per tx; a simulator holds thousands of pools).
+    tuple per tx; a simulator holds thousands of pools). ``seq`` is read out of ``order``, so
+    an entry holds one integer of its own beside the caller's.
     """
 
     tx: Transaction
@@ -103,11 +108,17 @@ class MempoolEntry:
     size: int
     """``len(tx.raw)``: the canonical size the fee rate and the byte caps count."""
     arrival_ms: int
-    seq: int
-    """Arrival sequence number, unique per pool: the tie-break of equal fee rates."""
+    order: int
+    """``(-rate_key << 64) | seq``: the pool's sort key (module docstring)."""
+
+    @property
+    def seq(self) -> int:
+        """Arrival sequence number, unique per pool: the tie-break of equal fee rates."""
+        return self.order & _SEQ_MASK
 
     def __lt__(self, other: "MempoolEntry") -> bool:
-        return (self.arrival_ms, self.seq) < (other.arrival_ms, other.seq)
+        mine, theirs = self.order & _SEQ_MASK, other.order & _SEQ_MASK
+        return (self.arrival_ms, mine) < (other.arrival_ms, theirs)
 
 
 @final
@@ -140,8 +151,8 @@ class Mempool:
             raise ValueError("mempool caps and expiry must not be negative")
         self._rate_scale = 1 << (2 * self.max_bytes.bit_length())
         self._entries: dict[TxId, MempoolEntry] = {}
-        self._order: list[_OrderKey] = []
-        """Every entry's ``_order_key``, sorted (the key is recomputed, not stored twice)."""
+        self._order: list[MempoolEntry] = []
+        """Every entry, sorted by ``order``."""
         self._spenders: dict[Outpoint, TxId] = {}
         self._expiry_heap: list[MempoolEntry] = []
         """A min-heap by arrival, cleaned lazily: an entry no longer in ``_entries`` is stale."""
@@ -189,8 +200,8 @@ class Mempool:
 
     def txids_by_fee_rate(self, limit: int | None = None) -> list[TxId]:
         """Pool txids, best fee per byte first (ties: earlier arrival, then txid)."""
-        keys = self._order if limit is None else self._order[: max(0, limit)]
-        return [key[2] for key in keys]
+        entries = self._order if limit is None else self._order[: max(0, limit)]
+        return [entry.tx.txid for entry in entries]
 
     # ------------------------------------------------------------------ admission
 
@@ -217,7 +228,7 @@ class Mempool:
         """
         if tx.txid in self._entries:
             raise MempoolDuplicate("transaction already in the mempool", tx.txid)
-        conflict = self.conflicts_with((i.txid, i.out_index) for i in tx.inputs)
+        conflict = self.conflicts_with(tx.outpoints)
         if conflict is not None:
             raise MempoolConflict(
                 f"an input is already spent by mempool tx {conflict.hex()}", tx.txid, conflict
@@ -230,8 +241,9 @@ class Mempool:
         for victim in victims:
             self._raise_floor(self._entries[victim])
             self._remove_entry(victim)
-        self._insert(MempoolEntry(tx, fee, size, now_ms, self._next_seq), rate_key)
-        self._next_seq += 1
+        seq = self._next_seq
+        self._insert(MempoolEntry(tx, fee, size, now_ms, (-rate_key << _SEQ_BITS) | seq))
+        self._next_seq = seq + 1
         return victims
 
     def check_room(self, tx: Transaction, fee: int) -> None:
@@ -265,28 +277,26 @@ class Mempool:
         position = len(self._order)
         while excess_bytes > 0 or excess_txs > 0:
             position -= 1
-            neg_rate, _, victim, victim_size = self._order[position]
-            if -neg_rate >= rate_key:
+            entry = self._order[position]
+            if -(entry.order >> _SEQ_BITS) >= rate_key:
                 raise MempoolFull("fee rate not above the lowest it would have to evict", txid)
-            victims.append(victim)
-            excess_bytes -= victim_size
+            victims.append(entry.tx.txid)
+            excess_bytes -= entry.size
             excess_txs -= 1
         return victims
-
-    def _order_key(self, entry: MempoolEntry) -> _OrderKey:
-        return (-self._rate_key(entry.fee, entry.size), entry.seq, entry.tx.txid, entry.size)
 
     def _raise_floor(self, entry: MempoolEntry) -> None:
         rate_key = self._rate_key(entry.fee, entry.size)
         if self._floor is None or rate_key > self._floor[0]:
             self._floor = (rate_key, entry.fee, entry.size)
 
-    def _insert(self, entry: MempoolEntry, rate_key: int) -> None:
+    def _insert(self, entry: MempoolEntry) -> None:
         txid = entry.tx.txid
         self._entries[txid] = entry
-        insort(self._order, (-rate_key, entry.seq, txid, entry.size))
-        for inp in entry.tx.inputs:
-            self._spenders[(inp.txid, inp.out_index)] = txid
+        insort(self._order, entry, key=_ORDER)
+        spenders = self._spenders
+        for outpoint in entry.tx.outpoints:
+            spenders[outpoint] = txid
         heapq.heappush(self._expiry_heap, entry)
         self._total_bytes += entry.size
 
@@ -314,8 +324,8 @@ class Mempool:
             if tx.txid in self._entries:
                 self._remove_entry(tx.txid)
                 removed.append(tx.txid)
-            for inp in tx.inputs:
-                spender = self._spenders.get((inp.txid, inp.out_index))
+            for outpoint in tx.outpoints:
+                spender = self._spenders.get(outpoint)
                 if spender is not None:
                     self._remove_entry(spender)
                     removed.append(spender)
@@ -337,9 +347,9 @@ class Mempool:
 
     def _remove_entry(self, txid: TxId) -> None:
         entry = self._entries.pop(txid)
-        del self._order[bisect_left(self._order, self._order_key(entry))]
-        for inp in entry.tx.inputs:
-            del self._spenders[(inp.txid, inp.out_index)]
+        del self._order[bisect_left(self._order, entry.order, key=_ORDER)]
+        for outpoint in entry.tx.outpoints:
+            del self._spenders[outpoint]
         self._total_bytes -= entry.size
         if len(self._expiry_heap) > 2 * len(self._entries) + _HEAP_SLACK:
             self._expiry_heap = list(self._entries.values())
@@ -386,18 +396,20 @@ class Mempool:
             return chosen
         spent: set[Outpoint] = set()
         budget = max_bytes
-        entries, params, assigned = self._entries, self.params, is_tx_assigned
-        for _, _, txid, size in self._order:
+        params, assigned = self.params, is_tx_assigned
+        for entry in self._order:
+            size = entry.size
+            tx = entry.tx
+            txid = tx.txid
             if size > budget or (skip is not None and skip(txid)):
                 continue
             if not assigned(txid, previous_link, window, hash_rate, params):
                 continue
-            entry = entries[txid]
-            outpoints = [(i.txid, i.out_index) for i in entry.tx.inputs]
+            outpoints = tx.outpoints
             if not spent.isdisjoint(outpoints):
                 continue
             spent.update(outpoints)
-            chosen.append(entry.tx)
+            chosen.append(tx)
             budget -= size
             if len(chosen) >= max_txs or budget <= 0:
                 break

@@ -68,6 +68,12 @@ class Transaction:
     outputs: Final[tuple[TxOut, ...]]
     raw: Final[bytes] = field(repr=False, compare=False)
     txid: Final[TxId] = field(compare=False)
+    outpoints: Final[tuple[tuple[TxId, int], ...]] = field(init=False, repr=False, compare=False)
+    """``(txid, out_index)`` of each input, built once: the keys a pool and a ledger index by,
+    shared by every holder of this tx (a simulator's pools hold one decoded tx, not a key each)."""
+
+    def __post_init__(self) -> None:
+        self.outpoints = tuple([(i.txid, i.out_index) for i in self.inputs])  # type: ignore[misc]
 
     def to_obj(self) -> list[Any]:
         """The msgpack object of §2.2."""

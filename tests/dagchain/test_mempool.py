@@ -323,7 +323,11 @@ def test_entry_records_fee_size_arrival_and_sequence() -> None:
     pool = Mempool(SIM)
     pool.add(a, 7, NOW)
     pool.add(b, 9, NOW + 3)
-    assert pool.get(b.txid) == MempoolEntry(b, 9, len(b.raw), NOW + 3, 1)
+    entry = pool.get(b.txid)
+    assert entry is not None
+    assert (entry.tx, entry.fee, entry.size, entry.arrival_ms) == (b, 9, len(b.raw), NOW + 3)
+    assert entry.seq == 1
+    assert entry == MempoolEntry(b, 9, len(b.raw), NOW + 3, entry.order)
     assert pool.total_bytes == len(a.raw) + len(b.raw)
     assert a.txid in pool
     assert pool.get(transfer(2).txid) is None
