@@ -33,7 +33,7 @@ from typing import ClassVar, Literal, final
 
 from dagchain.errors import DagchainError
 from dagchain.params import ConsensusParams
-from dagchain.sortition import SortitionWindow, is_tx_assigned
+from dagchain.sortition import SortitionWindow, assignment_bound, compute_sortition_distance
 from dagchain.transactions import Transaction
 from dagchain.types import TxId
 
@@ -396,14 +396,18 @@ class Mempool:
             return chosen
         spent: set[Outpoint] = set()
         budget = max_bytes
-        params, assigned = self.params, is_tx_assigned
+        factor, bound = assignment_bound(window, hash_rate, self.params)
+        if bound <= 0:
+            return chosen  # S1 (warm-up) or a bound no distance is below: nothing is assigned
+        distance = compute_sortition_distance
         for entry in self._order:
             size = entry.size
             tx = entry.tx
             txid = tx.txid
             if size > budget or (skip is not None and skip(txid)):
                 continue
-            if not assigned(txid, previous_link, window, hash_rate, params):
+            # is_tx_assigned, its per-block part computed once (as its docstring advises)
+            if factor and distance(previous_link, txid) * factor >= bound:
                 continue
             outpoints = tx.outpoints
             if not spent.isdisjoint(outpoints):
