@@ -24,7 +24,6 @@ txs than the ones just thrown out (Bitcoin Core's rolling minimum fee, without t
 The floor is lifted once confirmation, expiry or removal shrinks the pool to half of both caps.
 """
 
-import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -57,8 +56,10 @@ _SEQ_BITS = 64
 descending eviction order; ``seq`` is unique, so two entries never share it."""
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
 _ORDER = attrgetter("order")
-_HEAP_SLACK = 64
-"""Stale expiry-heap items tolerated beyond the pool size before the heap is rebuilt."""
+
+
+def _arrival_order(entry: "MempoolEntry") -> tuple[int, int]:
+    return entry.arrival_ms, entry.order & _SEQ_MASK
 
 
 class MempoolError(DagchainError):
@@ -98,9 +99,8 @@ class MempoolFull(MempoolError):
 class MempoolEntry:
     """A pool tx with the fee the caller computed (V3), its byte size and arrival order.
 
-    Entries order by ``(arrival_ms, seq)``: the pool's expiry heap holds them themselves (no
-    tuple per tx; a simulator holds thousands of pools). ``seq`` is read out of ``order``, so
-    an entry holds one integer of its own beside the caller's.
+    ``seq`` is read out of ``order``, so an entry holds one integer of its own beside the
+    caller's (a simulator holds thousands of pools).
     """
 
     tx: Transaction
@@ -115,10 +115,6 @@ class MempoolEntry:
     def seq(self) -> int:
         """Arrival sequence number, unique per pool: the tie-break of equal fee rates."""
         return self.order & _SEQ_MASK
-
-    def __lt__(self, other: "MempoolEntry") -> bool:
-        mine, theirs = self.order & _SEQ_MASK, other.order & _SEQ_MASK
-        return (self.arrival_ms, mine) < (other.arrival_ms, theirs)
 
 
 @final
@@ -154,8 +150,10 @@ class Mempool:
         self._order: list[MempoolEntry] = []
         """Every entry, sorted by ``order``."""
         self._spenders: dict[Outpoint, TxId] = {}
-        self._expiry_heap: list[MempoolEntry] = []
-        """A min-heap by arrival, cleaned lazily: an entry no longer in ``_entries`` is stale."""
+        self._oldest_ms: int | None = None
+        """At most the earliest arrival in the pool (None: empty since the last scan): ``expire``
+        scans the pool only once this is old enough, so its usual call costs nothing and the
+        pool keeps no expiry index (no heap slot, no stale entries per tx)."""
         self._total_bytes = 0
         self._next_seq = 0
         self._floor: tuple[int, int, int] | None = None  # (rate_key, fee, size) of an evicted tx
@@ -297,7 +295,9 @@ class Mempool:
         spenders = self._spenders
         for outpoint in entry.tx.outpoints:
             spenders[outpoint] = txid
-        heapq.heappush(self._expiry_heap, entry)
+        oldest = self._oldest_ms
+        if oldest is None or entry.arrival_ms < oldest:
+            self._oldest_ms = entry.arrival_ms
         self._total_bytes += entry.size
 
     # ------------------------------------------------------------------ removal
@@ -333,15 +333,28 @@ class Mempool:
         return removed
 
     def expire(self, now_ms: int) -> list[TxId]:
-        """Drop txs older than ``expiry_ms`` (``now_ms - arrival_ms > expiry_ms``), oldest first."""
-        expired: list[TxId] = []
-        heap = self._expiry_heap
-        while heap and now_ms - heap[0].arrival_ms > self.expiry_ms:
-            entry = heapq.heappop(heap)
-            txid = entry.tx.txid
-            if self._entries.get(txid) is entry:
-                self._remove_entry(txid)
-                expired.append(txid)
+        """Drop txs older than ``expiry_ms`` (``now_ms - arrival_ms > expiry_ms``), oldest first.
+
+        Ties go in admission order. One pass over the pool when its earliest arrival may have
+        expired, else nothing (the daemon calls it every few seconds; 50,000 txs take a few
+        milliseconds to scan).
+        """
+        oldest = self._oldest_ms
+        if oldest is None or now_ms - oldest <= self.expiry_ms:
+            return []
+        old: list[MempoolEntry] = []
+        earliest: int | None = None
+        for entry in self._entries.values():
+            arrival = entry.arrival_ms
+            if now_ms - arrival > self.expiry_ms:
+                old.append(entry)
+            elif earliest is None or arrival < earliest:
+                earliest = arrival
+        self._oldest_ms = earliest
+        old.sort(key=_arrival_order)
+        expired = [entry.tx.txid for entry in old]
+        for txid in expired:
+            self._remove_entry(txid)
         self._after_shrink()
         return expired
 
@@ -351,9 +364,6 @@ class Mempool:
         for outpoint in entry.tx.outpoints:
             del self._spenders[outpoint]
         self._total_bytes -= entry.size
-        if len(self._expiry_heap) > 2 * len(self._entries) + _HEAP_SLACK:
-            self._expiry_heap = list(self._entries.values())
-            heapq.heapify(self._expiry_heap)
 
     def _after_shrink(self) -> None:
         """Lift the eviction floor once the pool is down to half of both caps."""
