@@ -45,6 +45,7 @@ __all__ = [
     "MempoolErrorCode",
     "MempoolFull",
     "Outpoint",
+    "SharedSpenders",
 ]
 
 Outpoint = tuple[bytes, int]
@@ -118,6 +119,69 @@ class MempoolEntry:
 
 
 @final
+class SharedSpenders:
+    """Which pooled txs spend an outpoint, one index for many pools of one process.
+
+    A simulator's full nodes (``engine.share_results``) hold mostly the same txs: each pool's
+    own outpoint -> spender dict repeats the same rows. Pools made with one ``SharedSpenders``
+    register the txs they hold here instead (a count of pools per txid) and ask it for the
+    candidates, keeping those they hold: since a pool holds at most one spender of an outpoint
+    (first seen wins), what it finds is exactly what its own dict would hold. An entry lives
+    while some pool holds its tx.
+    """
+
+    __slots__ = ("_by_outpoint", "_held")
+
+    def __init__(self) -> None:
+        self._by_outpoint: dict[Outpoint, TxId | list[TxId]] = {}
+        self._held: dict[TxId, int] = {}
+
+    def __len__(self) -> int:
+        """How many distinct txs some pool holds."""
+        return len(self._held)
+
+    def candidates(self, outpoint: Outpoint) -> TxId | list[TxId] | None:
+        """The txs some pool holds that spend ``outpoint``: one txid, several, or None."""
+        return self._by_outpoint.get(outpoint)
+
+    def add(self, tx: Transaction) -> None:
+        """One more pool holds ``tx``."""
+        held, txid = self._held, tx.txid
+        count = held.get(txid)
+        if count is not None:
+            held[txid] = count + 1
+            return
+        held[txid] = 1
+        by_outpoint = self._by_outpoint
+        for outpoint in tx.outpoints:
+            found = by_outpoint.get(outpoint)
+            if found is None:
+                by_outpoint[outpoint] = txid
+            elif isinstance(found, list):
+                found.append(txid)
+            else:
+                by_outpoint[outpoint] = [found, txid]
+
+    def discard(self, tx: Transaction) -> None:
+        """One pool fewer holds ``tx`` (which it held)."""
+        held, txid = self._held, tx.txid
+        count = held[txid] - 1
+        if count:
+            held[txid] = count
+            return
+        del held[txid]
+        by_outpoint = self._by_outpoint
+        for outpoint in tx.outpoints:
+            found = by_outpoint[outpoint]
+            if type(found) is not list:
+                del by_outpoint[outpoint]
+            else:
+                found.remove(txid)
+                if len(found) == 1:
+                    by_outpoint[outpoint] = found[0]
+
+
+@final
 class Mempool:
     """Unconfirmed TRANSFERs waiting for a block (§7.5 bounds, §3.4 selection).
 
@@ -127,6 +191,8 @@ class Mempool:
         max_bytes: Cap on the sum of ``len(tx.raw)`` (default ``params.mempool_max_bytes``).
         expiry_ms: A tx older than this is dropped by ``expire`` (default
             ``params.mempool_expiry_ms``).
+        spenders: Index the outpoints this pool's txs spend in this shared index instead of a
+            dict of its own (the same answers; see :class:`SharedSpenders`).
 
     Raises:
         ValueError: a negative cap or expiry.
@@ -138,6 +204,7 @@ class Mempool:
         max_txs: int | None = None,
         max_bytes: int | None = None,
         expiry_ms: int | None = None,
+        spenders: SharedSpenders | None = None,
     ) -> None:
         self.params = params
         self.max_txs = params.mempool_max_txs if max_txs is None else max_txs
@@ -150,6 +217,8 @@ class Mempool:
         self._order: list[MempoolEntry] = []
         """Every entry, sorted by ``order``."""
         self._spenders: dict[Outpoint, TxId] = {}
+        """Outpoint -> the pool tx spending it (empty with a shared index)."""
+        self._shared = spenders
         self._oldest_ms: int | None = None
         """At most the earliest arrival in the pool (None: empty since the last scan): ``expire``
         scans the pool only once this is old enough, so its usual call costs nothing and the
@@ -186,12 +255,24 @@ class Mempool:
 
     def spender_of(self, outpoint: Outpoint) -> TxId | None:
         """The pool tx that spends ``outpoint``, if any."""
-        return self._spenders.get(outpoint)
+        if self._shared is None:
+            return self._spenders.get(outpoint)
+        found = self._shared.candidates(outpoint)
+        if found is None:
+            return None
+        if type(found) is not list:
+            return found if found in self._entries else None
+        entries = self._entries
+        for txid in found:
+            if txid in entries:
+                return txid
+        return None
 
     def conflicts_with(self, outpoints: Iterable[Outpoint]) -> TxId | None:
         """The pool tx spending the first of ``outpoints`` that a pool tx spends, if any."""
+        find = self._spenders.get if self._shared is None else self.spender_of
         for outpoint in outpoints:
-            spender = self._spenders.get(outpoint)
+            spender = find(outpoint)
             if spender is not None:
                 return spender
         return None
@@ -292,9 +373,12 @@ class Mempool:
         txid = entry.tx.txid
         self._entries[txid] = entry
         insort(self._order, entry, key=_ORDER)
-        spenders = self._spenders
-        for outpoint in entry.tx.outpoints:
-            spenders[outpoint] = txid
+        if self._shared is None:
+            spenders = self._spenders
+            for outpoint in entry.tx.outpoints:
+                spenders[outpoint] = txid
+        else:
+            self._shared.add(entry.tx)
         oldest = self._oldest_ms
         if oldest is None or entry.arrival_ms < oldest:
             self._oldest_ms = entry.arrival_ms
@@ -310,6 +394,19 @@ class Mempool:
         self._after_shrink()
         return True
 
+    def clear(self) -> None:
+        """Drop every tx and start afresh, as a new pool (a restarted process: §12 keeps none)."""
+        if self._shared is not None:
+            for entry in self._entries.values():
+                self._shared.discard(entry.tx)
+        self._entries = {}
+        self._order = []
+        self._spenders = {}
+        self._total_bytes = 0
+        self._next_seq = 0
+        self._floor = None
+        self._oldest_ms = None
+
     def remove_confirmed(self, txs: Iterable[Transaction]) -> list[TxId]:
         """Evict txs that became VALID in the best chain and every pool tx conflicting with them.
 
@@ -320,12 +417,13 @@ class Mempool:
             The removed txids, in the order of ``txs`` (each tx, then its conflicts in input order).
         """
         removed: list[TxId] = []
+        find = self._spenders.get if self._shared is None else self.spender_of
         for tx in txs:
             if tx.txid in self._entries:
                 self._remove_entry(tx.txid)
                 removed.append(tx.txid)
             for outpoint in tx.outpoints:
-                spender = self._spenders.get(outpoint)
+                spender = find(outpoint)
                 if spender is not None:
                     self._remove_entry(spender)
                     removed.append(spender)
@@ -361,8 +459,11 @@ class Mempool:
     def _remove_entry(self, txid: TxId) -> None:
         entry = self._entries.pop(txid)
         del self._order[bisect_left(self._order, entry.order, key=_ORDER)]
-        for outpoint in entry.tx.outpoints:
-            del self._spenders[outpoint]
+        if self._shared is None:
+            for outpoint in entry.tx.outpoints:
+                del self._spenders[outpoint]
+        else:
+            self._shared.discard(entry.tx)
         self._total_bytes -= entry.size
 
     def _after_shrink(self) -> None:

@@ -63,7 +63,7 @@ class LateNode:
         self.params = params
         self.hub = hub
         self.chain = full_node_chain(params, caches, rows)
-        self.mempool = Mempool(params)
+        self.mempool = Mempool(params, spenders=caches.spenders)
         self.service = NodeService(params, self.chain, self.mempool, self.now)
         self._rng = rng = hub.streams.stream(f"relay:{index}")
         self.exchange = self._new_exchange()
@@ -184,7 +184,7 @@ class LateNode:
         self._ready = []
         self._links = set()
         self.service.unsubscribe(self.exchange.on_event)
-        self.service.mempool = self.mempool = Mempool(self.params)
+        self.mempool.clear()
         self.exchange = self._new_exchange()
 
     def disconnect(self, peer: int) -> None:

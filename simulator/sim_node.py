@@ -24,7 +24,7 @@ from dagchain.caches import DecodeCache, LevelSetCache, SharedResults, Signature
 from dagchain.chain import BlockOutcome, BlockStatus, Chain
 from dagchain.crypto import hash32
 from dagchain.errors import InvalidTransaction
-from dagchain.mempool import Mempool, MempoolError
+from dagchain.mempool import Mempool, MempoolError, SharedSpenders
 from dagchain.params import ConsensusParams
 from dagchain.types import BlockId, TxId
 from p2p import scores, wire
@@ -126,6 +126,8 @@ class Caches(NamedTuple):
     """Evaluated level sets (None: each node evaluates its own)."""
     shared: SharedResults | None
     """Tx and block verdicts and a milestone's ledger rows (None: each node computes its own)."""
+    spenders: SharedSpenders | None = None
+    """The pools' outpoint -> spender index (None: each pool keeps its own dict)."""
 
 
 def full_node_chain(
@@ -187,7 +189,7 @@ class SimNode:
         self.params = params
         self.hub = hub
         self.chain = full_node_chain(params, caches, rows)
-        self.mempool = Mempool(params)
+        self.mempool = Mempool(params, spenders=caches.spenders if caches is not None else None)
         decoder = caches.decoder if caches is not None else None
         self.service = NodeService(
             params,

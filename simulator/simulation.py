@@ -15,6 +15,7 @@ from typing import Any, final
 
 from dagchain.caches import DecodeCache, LevelSetCache, SharedResults, SignatureCache
 from dagchain.chain import BlockOutcome, BlockStatus
+from dagchain.mempool import SharedSpenders
 from dagchain.params import genesis_blk_target
 from dagchain.types import BlockId, TxId
 from p2p.wire import Message
@@ -91,6 +92,7 @@ class Simulation:
             DecodeCache(params, 16_384),
             LevelSetCache(4_096) if sharing else None,
             SharedResults() if sharing else None,
+            SharedSpenders() if sharing else None,
         )
         """``engine.share_results``: what the full nodes compute once per run (sim_node.Caches)."""
         self.known_blocks = Knowledge(scenario.nodes)

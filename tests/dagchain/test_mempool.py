@@ -18,6 +18,7 @@ from dagchain.mempool import (
     MempoolEntry,
     MempoolFull,
     Outpoint,
+    SharedSpenders,
 )
 from dagchain.params import DEVNET, SIM, ConsensusParams, genesis_blk_target
 from dagchain.pow import compute_work
@@ -526,3 +527,86 @@ def test_two_previous_links_select_nearly_disjoint_txs() -> None:
         assert 25 <= len(chosen) <= 100  # about 50 = 0.5 % of 10,000
         picks.append(eligible)
     assert len(picks[0] & picks[1]) <= 5  # about 0.25 expected
+
+
+# ---------------------------------------------------------------- a spender index shared by pools
+
+_UNIVERSE = [
+    transfer(n, outputs=1 + n % 2, spends=[coin(n % 5)] + ([coin((n + 2) % 5)] if n % 3 else []))
+    for n in range(10)
+]
+"""Ten txs over five coins: most pairs conflict, some spend two coins."""
+
+
+def _add_outcome(pool: Mempool, tx: Transaction, fee: int) -> object:
+    try:
+        return ("ok", pool.add(tx, fee, NOW + fee))
+    except MempoolConflict as err:
+        return ("conflict", err.conflicting_txid)
+    except (MempoolDuplicate, MempoolFull) as err:
+        return (err.code, err.txid)
+
+
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "remove", "confirm"]),
+            st.integers(0, 2),
+            st.integers(0, len(_UNIVERSE) - 1),
+            st.integers(1, 50),
+        ),
+        max_size=60,
+    )
+)
+def test_pools_sharing_a_spender_index_answer_as_with_their_own(
+    ops: list[tuple[str, int, int, int]],
+) -> None:
+    """``SharedSpenders`` (the simulator's ``engine.share_results``): three pools on one index
+    give every answer three pools with their own dicts give, through conflicts, evictions
+    (``max_txs`` 3), removals and confirmations; the index holds exactly the pooled txs."""
+    shared = SharedSpenders()
+    own = [Mempool(SIM, max_txs=3) for _ in range(3)]
+    mirrored = [Mempool(SIM, max_txs=3, spenders=shared) for _ in range(3)]
+    for kind, p, t, fee in ops:
+        tx = _UNIVERSE[t]
+        results = []
+        for pool in (own[p], mirrored[p]):
+            if kind == "add":
+                results.append(_add_outcome(pool, tx, fee))
+            elif kind == "remove":
+                results.append(pool.remove(tx.txid))
+            else:
+                results.append(pool.remove_confirmed([tx]))
+        assert results[0] == results[1]
+        for a, b in zip(own, mirrored, strict=True):
+            assert snapshot(a) == snapshot(b)
+            for n in range(5):
+                assert a.spender_of(coin(n)) == b.spender_of(coin(n))
+            assert a.conflicts_with(tx.outpoints) == b.conflicts_with(tx.outpoints)
+    pooled = {txid for pool in mirrored for txid in pool.txids_by_fee_rate()}
+    assert len(shared) == len(pooled)
+    for txid in mirrored[0].txids_by_fee_rate():
+        mirrored[0].remove(txid)
+    mirrored[1].clear()
+    assert (len(mirrored[1]), mirrored[1].total_bytes) == (0, 0)
+    assert len(shared) == len(mirrored[2])
+    mirrored[2].clear()
+    assert len(shared) == 0
+    assert all(shared.candidates(coin(n)) is None for n in range(5))
+
+
+def test_clear_leaves_a_pool_like_a_new_one() -> None:
+    """A restarted node's pool (§12: not durable): empty, numbering and floor reset."""
+    pool = Mempool(SIM, max_txs=1)
+    pool.add(transfer(0), 5, NOW)
+    pool.add(transfer(1), 9, NOW)  # evicts transfer(0) and raises the floor
+    floor = pool.min_fee_rate
+    assert floor is not None
+    pool.clear()
+    assert (len(pool), pool.total_bytes, pool.min_fee_rate) == (0, 0, None)
+    assert pool.spender_of(coin(1)) is None
+    assert pool.expire(NOW + 10**9) == []
+    pool.add(transfer(0), 5, NOW)
+    entry = pool.get(transfer(0).txid)
+    assert entry is not None
+    assert entry.seq == 0
