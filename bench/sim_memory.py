@@ -516,6 +516,8 @@ def network_wide(sim: Simulation, budget: int) -> list[dict[str, Any]]:
         ("miners", list(sim.miners.values())),
         ("sim_node txid memo", sim_node._TXIDS),
         ("store row interner (shared rows)", sim.rows),
+        ("shared results (verdicts, ledger rows)", sim.caches.shared),
+        ("pools' spender index", sim.caches.spenders),
     ]
     sizes = component_sizes(w, comps, None)
     return [{"structure": k, "mb": v[0] / MB} for k, v in sizes.items()]
