@@ -14,14 +14,17 @@ best chain write the same rows, byte for byte, each as its own key and value obj
 with one interner keep one object per distinct key and per distinct value instead (the dicts and
 their contents are unchanged; only which equal ``bytes`` object a row holds differs).
 
-Rows every store holds (:meth:`RowInterner.merged`, issue 23 item 2): a row set many stores
+Rows most stores hold (:meth:`RowInterner.merged`, issue 23 item 2): a row set many stores
 write unchanged (``dagchain.caches.SharedResults``: a milestone's ledger rows, a block's bytes
-and tx index rows) is merged by each store's batch at once; once every store of the interner has
-merged it, its rows move into the interner's one ``base`` dict and each store keeps in its own
-dict only what differs from the base (a row it changed since, or a None for a base row it has
-deleted). Every read is what it was (tests/simulator/test_store.py replays the same writes into
-MemoryStores and compares); a store's own dict holds only the rows not yet merged everywhere and
-its own (block meta with its sequence numbers, pending rows, rows of a branch only it follows).
+and tx index rows) is merged by each store's batch at once; once more than half the stores of
+the interner have merged it, its rows move into the interner's one ``base`` dict and each store
+keeps in its own dict only what differs from the base (a row it changed since, a None for a base
+row it has deleted, and, in a store that has not merged the set yet, what it read before: the
+old value, or a None). A store that merges a set already in the base writes only what differs
+from it (:meth:`SimStore.merge_over_base`). Every read is what it was
+(tests/simulator/test_store.py replays the same writes into MemoryStores and compares); a
+store's own dict holds only the rows most stores have not merged yet and its own (block meta
+with its sequence numbers, pending rows, rows of a branch only it follows or not yet caught up).
 """
 
 import sys
@@ -37,7 +40,16 @@ class RowInterner:
     has doubled since the last sweep, so the table stays proportional to the live rows.
     """
 
-    __slots__ = ("_next_sweep", "_pending", "_shared", "base", "intern", "stores", "table")
+    __slots__ = (
+        "_in_base",
+        "_next_sweep",
+        "_pending",
+        "_shared",
+        "base",
+        "intern",
+        "stores",
+        "table",
+    )
 
     MIN_SWEEP = 1 << 16
 
@@ -53,7 +65,10 @@ class RowInterner:
         self.stores: list[SimStore] = []
         """The stores that share it, in creation order."""
         self._pending: dict[int, tuple[dict[bytes, bytes | None], set[int]]] = {}
-        """Shared row sets (by identity) not yet merged by every store: which stores did."""
+        """Shared row sets (by identity) not yet in the base: which stores merged them."""
+        self._in_base: dict[int, dict[bytes, bytes | None]] = {}
+        """The last shared row sets moved into the base (by identity), for the stores that
+        merge them afterwards (:meth:`in_base`)."""
 
     def rows(self, ops: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
         """``ops`` with each key and value replaced by its shared object."""
@@ -83,12 +98,18 @@ class RowInterner:
             del self._shared[next(iter(self._shared))]
         return out, deletes
 
+    def in_base(self, ops: dict[bytes, bytes | None]) -> bool:
+        """Has the shared row set ``ops`` moved into :attr:`base` (one of the last 256)?"""
+        found = self._in_base.get(id(ops))
+        return found is ops
+
     def merged(self, store: "SimStore", ops: dict[bytes, bytes | None]) -> None:
-        """``store`` merged the shared row set ``ops`` (a milestone's rows): once every store
-        has, the rows move into :attr:`base`, and each store keeps in its own dict only what
-        differs from the new base (what it changed since, or a row the base no longer has: a
-        ``None`` marks a row absent here but present in the base). What every store reads is
-        unchanged; the memory of the rows is paid once instead of once per store."""
+        """``store`` merged the shared row set ``ops`` (a milestone's rows): once more than half
+        the stores have, the rows move into :attr:`base`, and each store keeps in its own dict
+        only what differs from the new base (what it changed since, or a row the base no longer
+        has: a ``None`` marks a row absent here but present in the base; a store that has not
+        merged the set keeps what it read before). What every store reads is unchanged; the
+        memory of the rows is paid once instead of once per store that follows the majority."""
         key = id(ops)
         found = self._pending.get(key)
         if found is None or found[0] is not ops:
@@ -97,9 +118,12 @@ class RowInterner:
                 del self._pending[next(iter(self._pending))]
         merged_by = found[1]
         merged_by.add(id(store))
-        if len(merged_by) < len(self.stores):
+        if 2 * len(merged_by) <= len(self.stores):
             return
         del self._pending[key]
+        self._in_base[key] = ops
+        if len(self._in_base) > 256:
+            del self._in_base[next(iter(self._in_base))]
         rows, _ = self.shared_rows(ops)
         base = self.base
         for each in self.stores:
@@ -155,6 +179,9 @@ class SimBatch:
         store = self._store
         data, interner = store._data, store._rows
         for shared in self._merged:  # interned and its deletes listed once per run
+            if interner is not None and interner.in_base(shared):
+                store.merge_over_base(interner.shared_rows(shared)[0])
+                continue
             if interner is not None:
                 rows, deletes = interner.shared_rows(shared)
             else:
@@ -229,6 +256,23 @@ class SimStore:
                     del data[k]  # absent here and in the new base
             elif cur is v or cur == v:
                 del data[k]
+
+    def merge_over_base(self, rows: dict[bytes, bytes | None]) -> None:
+        """Write ``rows`` (a None deletes), holding in the own dict only what differs from the
+        base: for a shared row set already in the base, whose rows this store may hold as
+        overrides (what it read before the set moved there)."""
+        data, base = self._data, self._base
+        for k, v in rows.items():
+            current = base.get(k, _MISSING)
+            if v is None:
+                if current is _MISSING:
+                    data.pop(k, None)
+                else:
+                    data[k] = None
+            elif current is v or current == v:
+                data.pop(k, None)
+            else:
+                data[k] = v
 
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Ascending (key, value) pairs under ``prefix`` (a snapshot of the keys at call time)."""
