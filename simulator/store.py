@@ -201,6 +201,10 @@ class SimBatch:
 
 
 _MISSING = object()
+_COMPACT_BYTES_PER_ROW = 400
+"""A store's own dict is rebuilt after an absorb when its table holds more than this many bytes
+per row left (a right-sized dict holds 30-60)."""
+_COMPACT_FLOOR = 1 << 16
 
 
 @final
@@ -256,6 +260,17 @@ class SimStore:
                     del data[k]  # absent here and in the new base
             elif cur is v or cur == v:
                 del data[k]
+        self._compact()
+
+    def _compact(self) -> None:
+        """A dict never shrinks on deletes: once the rows of a set that moved to the base have
+        left the own dict, its table, sized for them, would stay. Rebuild it in place (the same
+        object: ``get`` binds it) when it holds far more than its rows need."""
+        data = self._data
+        if sys.getsizeof(data) > _COMPACT_BYTES_PER_ROW * len(data) + _COMPACT_FLOOR:
+            rows_left = dict(data)
+            data.clear()
+            data.update(rows_left)
 
     def merge_over_base(self, rows: dict[bytes, bytes | None]) -> None:
         """Write ``rows`` (a None deletes), holding in the own dict only what differs from the
@@ -273,6 +288,7 @@ class SimStore:
                 data.pop(k, None)
             else:
                 data[k] = v
+        self._compact()
 
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Ascending (key, value) pairs under ``prefix`` (a snapshot of the keys at call time)."""

@@ -1,6 +1,8 @@
 """SimStore keeps the KVStore contract of dagchain.storage (in-order writes, all or nothing),
 also when stores share their rows through a RowInterner."""
 
+import sys
+
 import pytest
 
 from dagchain.storage.memory import MemoryStore
@@ -192,3 +194,21 @@ def test_row_sets_most_stores_merged_move_to_the_shared_base_and_reads_stay_the_
         check()
     assert rows.base == {b"u1": b"again", b"u2": b"two", b"u5": b"five"}
     assert all(k not in s._data for s in stores for k in (b"u3", b"u4", b"u5"))
+
+
+def test_a_store_gives_back_the_table_of_rows_that_moved_to_the_base() -> None:
+    """A dict never shrinks on deletes: once a large shared set moves to the base, each store's
+    own dict is rebuilt to fit the rows it still holds (the memory per full node between two
+    milestones, not only at the peak), and reads stay the same."""
+    rows = RowInterner()
+    stores = [SimStore(rows) for _ in range(3)]
+    big: dict[bytes, bytes | None] = {b"u%06d" % i: b"v%d" % i for i in range(20_000)}
+    for store in stores:
+        _put(store, b"own", b"mine")
+        _merge(store, big)
+    assert len(rows.base) == 20_000
+    for store in stores:
+        assert store._data == {b"own": b"mine"}
+        assert sys.getsizeof(store._data) < 70_000  # a 20,000-row table is about 1.3 MB
+        assert store.get(b"u000123") == b"v123"
+        assert store.get(b"own") == b"mine"
