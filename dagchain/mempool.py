@@ -24,6 +24,7 @@ txs than the ones just thrown out (Bitcoin Core's rolling minimum fee, without t
 The floor is lifted once confirmation, expiry or removal shrinks the pool to half of both caps.
 """
 
+import sys
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -56,6 +57,10 @@ _SEQ_BITS = 64
 """``MempoolEntry.order`` is ``(-rate_key << _SEQ_BITS) | seq``: ascending is template order,
 descending eviction order; ``seq`` is unique, so two entries never share it."""
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
+_FIT_BYTES_PER_TX = 400
+"""A pool's dicts are rebuilt after removals once their tables hold more than this many bytes
+per entry left (a right-sized dict holds 30-60, a churning one up to about 120)."""
+_FIT_FLOOR = 1 << 16
 _ORDER = attrgetter("order")
 
 
@@ -470,6 +475,12 @@ class Mempool:
         """Lift the eviction floor once the pool is down to half of both caps."""
         if 2 * self._total_bytes <= self.max_bytes and 2 * len(self._entries) <= self.max_txs:
             self._floor = None
+        # A dict never shrinks on deletes: after a block took most of the pool, the tables
+        # sized for the peak would stay. Rebuild them when they hold far more than they need.
+        if sys.getsizeof(self._entries) > _FIT_BYTES_PER_TX * len(self._entries) + _FIT_FLOOR:
+            self._entries = dict(self._entries)
+        if sys.getsizeof(self._spenders) > _FIT_BYTES_PER_TX * len(self._spenders) + _FIT_FLOOR:
+            self._spenders = dict(self._spenders)
 
     # ------------------------------------------------------------------ templates
 

@@ -1,5 +1,6 @@
 """The mempool policy (PROTOCOL.md §7.5) and block-template selection (§3.4, sortition §8.1)."""
 
+import sys
 from collections.abc import Sequence
 from fractions import Fraction
 from math import gcd
@@ -610,3 +611,21 @@ def test_clear_leaves_a_pool_like_a_new_one() -> None:
     entry = pool.get(transfer(0).txid)
     assert entry is not None
     assert entry.seq == 0
+
+
+def test_a_pool_gives_back_its_tables_once_a_block_took_most_of_it() -> None:
+    """A dict never shrinks on deletes: a pool that held 20,000 txs and keeps 100 after a
+    confirmation holds tables for 100, not for 20,000 (a daemon after a burst, a simulated
+    node between blocks), with the same contents."""
+    txs = [transfer(n) for n in range(20_000)]
+    pool = Mempool(SIM, max_txs=50_000)
+    for n, tx in enumerate(txs):
+        pool.add(tx, 1 + n % 7, NOW)
+    big = sys.getsizeof(pool._entries)
+    removed = pool.remove_confirmed(txs[100:])
+    assert len(removed) == 19_900
+    assert len(pool) == 100
+    assert sys.getsizeof(pool._entries) < big // 50
+    assert sys.getsizeof(pool._spenders) < big // 50
+    assert all(pool.spender_of(coin(n)) == txs[n].txid for n in range(100))
+    assert all(pool.spender_of(coin(n)) is None for n in range(100, 200))
