@@ -14,9 +14,10 @@ Ordering never uses floats. A fee rate ``fee / size`` is turned into the integer
 of the rationals. Each entry carries one integer ``order = (-rate_key << 64) | seq`` (``seq``, its
 unique arrival number, is below ``2**64``), and one list of the entries sorted by it serves both
 ends: its head is the template order (best rate, then earliest arrival) and its tail the
-eviction order (lowest rate, then newest arrival). A pool of a simulator's thousand nodes holds
-per tx only the entry, that integer, its slots in the list, the dict and the heap, and one dict
-slot per input (the keys are the tx's own ``outpoints``).
+eviction order (lowest rate, then newest arrival). A pool holds per tx only the entry, that
+integer, its slots in the list and the dict, and one dict slot per input (the keys are the tx's
+own ``outpoints``; the pools of a simulator's run share that index, :class:`SharedSpenders`).
+There is no expiry index: ``expire`` scans the pool when its earliest arrival may be due.
 
 Eviction leaves a floor: after evicting, the pool refuses any tx whose rate is not strictly above
 the highest evicted rate, so the free bytes left by a large victim are not refilled by cheaper
