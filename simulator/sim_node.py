@@ -161,6 +161,7 @@ class SimNode:
     __slots__ = (
         "_limiter",
         "_port",
+        "_unaccepted",
         "chain",
         "hub",
         "index",
@@ -210,6 +211,9 @@ class SimNode:
         self.rejected_blocks = 0
         self.rejected_txs = 0
         self.orphaned = 0
+        self._unaccepted: set[bytes] = set()
+        """Blocks delivered here (known in ``known_blocks``) but not accepted: orphans, the
+        rejected. ``holds_block`` = known here and not in it, without a store lookup."""
         self._port: RelayPort | None = None
 
     @property
@@ -228,17 +232,19 @@ class SimNode:
         return port
 
     def holds_block(self, block_id: bytes) -> bool:
-        """True if the block is accepted here (``NodeService.has_block``), answered from the
-        network's knowledge first: a block this node never received is not accepted here (every
-        accepted block was delivered, and delivery records it in ``known_blocks``), which spares
-        the store lookup a miss costs for the blocks announced to it."""
+        """True if the block is accepted here (``NodeService.has_block``), answered without the
+        store: a block this node never received is not accepted here (every accepted block was
+        delivered, and delivery records it in ``known_blocks``), and of those it received, the
+        ones not accepted (orphans, rejected) are in ``_unaccepted`` until accepted; an accepted
+        block stays accepted. tests/simulator/test_sim_node.py checks every answer of a run
+        against ``Chain.has_block``."""
         found = self.known_blocks.holders.get(block_id)  # known_blocks.knows, inlined
         if found is None:
             if block_id not in self.known_blocks.everywhere:
                 return False
         elif self.index not in found:
             return False
-        return self.chain.has_block(block_id)
+        return block_id not in self._unaccepted
 
     def claim(self) -> tuple[bytes, int, int]:
         """What this node's ``hello`` would claim: (best milestone, height, chainwork)."""
@@ -289,15 +295,19 @@ class SimNode:
         index = self.index
         if not self.known_blocks.learn(index, block_id):
             return
+        unaccepted = self._unaccepted
+        unaccepted.add(block_id)
         intake = take_block(self.service, peer_key(src), block_id, raw, src != index)
         outcome = intake.outcome
         if outcome is None:
             if intake.not_yet_valid:  # H11: DROP; the simulator offers it again later
                 self.known_blocks.forget(index, block_id)
+                unaccepted.discard(block_id)
                 retry = self.hub.now_ms + self.params.max_future_drift_ms / 2
                 self.hub.retry_block(index, block_id, raw, src, retry)
             elif intake.stale:  # P14: DROP, nothing remembered
                 self.known_blocks.forget(index, block_id)
+                unaccepted.discard(block_id)
             else:
                 self.rejected_blocks += 1
             return
@@ -313,8 +323,10 @@ class SimNode:
         chain = self.chain
         index = self.index
         learn_tx = self.known_txs.learn
+        unaccepted = self._unaccepted
         for bid in outcome.accepted:
             self.known_blocks.learn(index, bid)
+            unaccepted.discard(bid)
             block = chain.get_block(bid)
             if block is None:  # pragma: no cover - accepted blocks are stored
                 raise RuntimeError("accepted block missing")
