@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dagchain.blocks import decode_block
+from dagchain.blocks import Block, decode_block
 from dagchain.template import build_template
 from simulator.late_node import LateNode
 from simulator.scenario import load_scenario
@@ -157,6 +157,21 @@ def test_eliding_block_invs_to_holders_changes_only_the_event_count() -> None:
     assert elided.engine.events < delivered.engine.events
 
 
+def invalid_block(sim: Simulation) -> Block:
+    """A block on node 0's template whose id misses the target (H4): every node rejects it."""
+    miner = sim.full_nodes[0]
+    template = build_template(
+        miner.chain, miner.mempool, miner.now(), root=miner.root, registration=None
+    )
+    assert template is not None
+    nonce = 0
+    while True:
+        block = decode_block(template.solve(nonce).raw, sim.params)
+        if int.from_bytes(block.id, "little") > template.target:
+            return block
+        nonce += 1
+
+
 def test_an_invalid_block_is_rejected_by_every_node_with_sharing_on() -> None:
     """A consensus bug must still show: no node takes a block another node's verdict did not
     pass, so every node runs the rule that rejects it."""
@@ -164,17 +179,7 @@ def test_an_invalid_block_is_rejected_by_every_node_with_sharing_on() -> None:
     sim.run()
     shared = sim.caches.shared
     assert shared is not None
-    miner = sim.full_nodes[0]
-    template = build_template(
-        miner.chain, miner.mempool, miner.now(), root=miner.root, registration=None
-    )
-    assert template is not None
-    nonce = 0
-    while True:  # a nonce whose id misses the target: H4
-        block = decode_block(template.solve(nonce).raw, sim.params)
-        if int.from_bytes(block.id, "little") > template.target:
-            break
-        nonce += 1
+    block = invalid_block(sim)
     for node in sim.full_nodes:
         rejected = node.rejected_blocks
         node.on_deliver_block(block.id, block.raw, node.index)

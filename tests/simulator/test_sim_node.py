@@ -7,11 +7,11 @@ chain too, at every call, over runs with orphans, reorganisations and a rejected
 
 import pytest
 
-from dagchain.blocks import decode_block
-from dagchain.template import build_template
 from simulator.scenario import load_scenario
 from simulator.sim_node import SimNode
 from simulator.simulation import Simulation
+from tests.simulator.test_attack_network import ZERO_DELAY_TWO_MINERS
+from tests.simulator.test_share_results import invalid_block
 
 
 @pytest.fixture
@@ -57,12 +57,7 @@ def test_holds_block_is_has_block_through_reorganisations(checked: dict[bool, in
         load_scenario(
             None,
             [
-                'network.delay="fixed:0"',
-                "network.processing_ms=0",
-                "miners.count=2",
-                "chain.block_rate=1",
-                "chain.milestone_interval_s=1",
-                "chain.retarget=false",
+                *ZERO_DELAY_TWO_MINERS,
                 'attack.kind="selfish"',
                 'attack.model="network"',
                 "attack.share=0.35",
@@ -81,17 +76,7 @@ def test_holds_block_is_has_block_through_reorganisations(checked: dict[bool, in
 def test_a_rejected_block_is_not_held(checked: dict[bool, int]) -> None:
     sim = Simulation(load_scenario(None, ["load.tps=5"], nodes=6, duration_s=10, seed=2))
     sim.run()
-    miner = sim.full_nodes[0]
-    template = build_template(
-        miner.chain, miner.mempool, miner.now(), root=miner.root, registration=None
-    )
-    assert template is not None
-    nonce = 0
-    while True:  # a nonce whose id misses the target: H4
-        block = decode_block(template.solve(nonce).raw, sim.params)
-        if int.from_bytes(block.id, "little") > template.target:
-            break
-        nonce += 1
+    block = invalid_block(sim)
     for node in sim.full_nodes:
         node.on_deliver_block(block.id, block.raw, node.index)
         assert sim.known_blocks.knows(node.index, block.id)  # delivered, so known here
