@@ -85,6 +85,15 @@ class Hub(Protocol):
         ...
 
     @property
+    def block_receivers(
+        self,
+    ) -> "list[Callable[[int, wire.Message, bytes, bool], None] | None]":
+        """Per node with a ``block_holders`` entry, once it has a relay port: the port's
+        ``on_block_frame``, where :func:`send_frames` delivers a block message (it does nothing
+        if the message would do nothing); None otherwise."""
+        ...
+
+    @property
     def frame_receivers(self) -> "list[Callable[[int, tuple[wire.Message, ...]], None] | None]":
         """Per node, where :func:`send_frames` delivers its messages once the node has a relay
         port: the port's own ``on_frames`` (the node's ``on_frames`` only forwards to it); None
@@ -485,24 +494,29 @@ def _framed(length: int) -> int:
 _BLOCK_KIND = int(wire.InvKind.BLOCK)
 
 
-def _known_block_inv(holds: "Callable[[bytes], bool] | None", msg: wire.Message) -> bool:
-    """True if ``msg`` is an ``inv`` of one block that its receiver (``holds``) already holds.
-
-    Its arrival would do nothing: ``Relay.on_inv`` finds the block held and, with
-    ``forget_relayed``, records nothing; no reply, no timer (the port's timer is armed whenever
-    its relay is busy). A node never loses an accepted block, so held now means held on arrival.
-    The link still carries its bytes; only the event is not made (issue 23: 46 % of the ``inv``
-    items of the 1,000-full-node shape were such blocks).
-    """
-    if holds is None or type(msg) is not wire.Inv:
-        return False
-    items = msg.items
-    return len(items) == 1 and items[0][0] == _BLOCK_KIND and holds(items[0][1])
+def _block_of(msg: wire.Message) -> tuple[bytes | None, bool]:
+    """(the block a one-item block ``inv`` or a ``block`` message is of, True for a ``block``);
+    (None, False) for any other message."""
+    cls = type(msg)
+    if cls is wire.Inv:
+        items = msg.items  # type: ignore[attr-defined]
+        if len(items) == 1 and items[0][0] == _BLOCK_KIND:
+            return items[0][1], False
+    elif cls is wire.BlockMsg:
+        return block_id_of(msg.data), True  # type: ignore[attr-defined]
+    return None, False
 
 
 def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
     """Carry node ``src``'s messages over the simulated network, grouped by neighbour in
-    first-send order: one event per neighbour, the sum of their frame sizes on the uplink."""
+    first-send order: one event per neighbour, the sum of their frame sizes on the uplink.
+
+    A message of one block (a one-item block ``inv``, a ``block``) to a node with a
+    ``block_holders`` entry: an ``inv`` of a block the receiver holds now makes no event (it
+    would do nothing there, :meth:`RelayPort.on_block_frame`; a node never loses an accepted
+    block, so held now means held on arrival; the link still carries its bytes); the others
+    land at the port's ``on_block_frame``, which asks first whether they would do anything.
+    """
     if not sends:
         return
     nodes, network, engine = hub.nodes, hub.network, hub.engine
@@ -515,23 +529,37 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
         key, msg = sends[0]
         dst = index[key]
         at = network.transmit(src, dst, frame_size(msg), 1, now)
-        if not _known_block_inv(holders[dst], msg):
-            engine.schedule_at(at, receivers[dst] or nodes[dst].on_frames, src, (msg,))
+        holds = holders[dst]
+        if holds is not None:
+            block, push = _block_of(msg)
+            if block is not None:
+                if not push and holds(block):
+                    return
+                block_receiver = hub.block_receivers[dst]
+                if block_receiver is not None:
+                    engine.schedule_at(at, block_receiver, src, msg, block, push)
+                    return
+        engine.schedule_at(at, receivers[dst] or nodes[dst].on_frames, src, (msg,))
         return
     if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (a relay)
-        transmit, schedule, inv_type = network.transmit, engine.schedule_at, wire.Inv
+        transmit, schedule = network.transmit, engine.schedule_at
+        block_receivers = hub.block_receivers
         last: wire.Message | None = None
-        size = 0
+        size, block, push = 0, None, False
         for key, msg in sends:
             dst = index[key]
             if msg is not last:  # a block's pushes share one message, its invs another
                 last, size = msg, frame_size(msg)
+                block, push = _block_of(msg)
             at = transmit(src, dst, size, 1, now)
-            if type(msg) is inv_type:  # _known_block_inv, inlined
-                items = msg.items
-                if len(items) == 1 and items[0][0] == _BLOCK_KIND:
-                    holds = holders[dst]
-                    if holds is not None and holds(items[0][1]):
+            if block is not None:
+                holds = holders[dst]
+                if holds is not None:
+                    if not push and holds(block):
+                        continue
+                    block_receiver = block_receivers[dst]
+                    if block_receiver is not None:
+                        schedule(at, block_receiver, src, msg, block, push)
                         continue
             schedule(at, receivers[dst] or nodes[dst].on_frames, src, (msg,))
         return
@@ -551,8 +579,30 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
             for msg in msgs:
                 size += frame_size(msg)
         at = network.transmit(src, dst, size, len(msgs), now)
-        if len(msgs) > 1 or not _known_block_inv(holders[dst], msgs[0]):
-            engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
+        holds = holders[dst]
+        if len(msgs) == 1 and holds is not None:
+            block, push = _block_of(msgs[0])
+            if block is not None:
+                if not push and holds(block):
+                    continue
+                block_receiver = hub.block_receivers[dst]
+                if block_receiver is not None:
+                    engine.schedule_at(at, block_receiver, src, msgs[0], block, push)
+                    continue
+        engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
+
+
+def block_id_of(raw: bytes) -> bytes | None:
+    """``wire.block_frame_id`` of a ``block`` message's bytes, hashed once per bytes object
+    (``_BLOCK_IDS``)."""
+    found = _BLOCK_IDS.get(id(raw))
+    if found is not None and found[0] is raw:
+        return found[1]
+    if len(_BLOCK_IDS) >= _BLOCK_IDS_MAX:
+        _BLOCK_IDS.clear()
+    block_id = wire.block_frame_id(raw)
+    _BLOCK_IDS[id(raw)] = (raw, block_id)
+    return block_id
 
 
 class RelayOwner(Protocol):
@@ -587,6 +637,7 @@ class RelayPort:
     __slots__ = (
         "_armed",
         "_dispatcher",
+        "_holds",
         "_index",
         "_phase",
         "engine",
@@ -616,6 +667,11 @@ class RelayPort:
         self.on_inv = self.relay.on_inv
         """The relay's own handler of ``inv`` (P11): nothing in between on the hottest path."""
         self._dispatcher = Dispatcher(self)
+        self._holds = hub.block_holders[index]
+        """The node's ``has_block`` for :meth:`on_block_frame` (None: no ``block_holders``
+        entry, every message goes to :meth:`on_frames`)."""
+        if self._holds is not None:
+            hub.block_receivers[index] = self.on_block_frame
 
     def now(self) -> int:
         """The relay's clock: the core's integer ms."""
@@ -645,6 +701,26 @@ class RelayPort:
         if not self._armed:
             self._arm()
 
+    def on_block_frame(self, src: int, msg: wire.Message, block: bytes, push: bool) -> None:
+        """A one-item block ``inv`` (``push`` False) or a ``block`` message (True) of ``block``
+        from neighbour ``src`` (:func:`send_frames`): :meth:`on_frames`, unless it would do
+        nothing here, which one lookup or three tell (issue 23: 55 % of the frames of the
+        1,000-full-node shape). It would do nothing if the block is accepted here (a node never
+        loses one) and it is an ``inv`` (``Relay.on_inv`` finds the block held and, with
+        ``forget_relayed``, records nothing), or a ``block`` that closes no fetch of ours
+        (``Relay.on_block``: none running, none asked of ``src``; the node finds it known).
+        No reply, no timer either way: the port's timer is armed whenever its relay is busy.
+        """
+        if self._holds(block):  # type: ignore[misc]
+            if not push:
+                return
+            relay = self.relay
+            if block not in relay.fetcher:
+                peer = relay.peers.get(_KEYS[src])
+                if peer is None or block not in peer.pending:
+                    return
+        self.on_frames(src, (msg,))
+
     # ------------------------------------------------------------------ handlers (p2p.dispatch)
     # ``on_inv`` is the relay's own method (bound in __init__): P11, it returns the getdata.
     def on_tx(self, key: str, msg: wire.TxMsg, now: int) -> Sends:
@@ -667,14 +743,7 @@ class RelayPort:
     def on_block(self, key: str, msg: wire.BlockMsg, now: int) -> Sends | None:
         """A ``block``: its fetch is done; to the node."""
         raw = msg.data
-        found = _BLOCK_IDS.get(id(raw))
-        if found is not None and found[0] is raw:
-            block_id = found[1]
-        else:
-            if len(_BLOCK_IDS) >= _BLOCK_IDS_MAX:
-                _BLOCK_IDS.clear()
-            block_id = wire.block_frame_id(raw)
-            _BLOCK_IDS[id(raw)] = (raw, block_id)
+        block_id = block_id_of(raw)
         if block_id is None:
             return None
         sends = self.relay.on_block(key, block_id, now).sends

@@ -67,8 +67,10 @@ class Simulation:
     ) -> None:
         """``drop_losing_copies=False`` runs every copy that loses the race (tests compare);
         ``share_rows=False`` gives every node's store its own key and value objects (the
-        memory bench compares); ``elide_known_invs=False`` delivers every ``inv`` of a block its
-        receiver already holds as an event (``sim_node.send_frames``; tests compare)."""
+        memory bench compares); ``elide_known_invs=False`` delivers every block message that would
+        do nothing where it lands (an ``inv`` of a block its receiver holds, a ``block`` it holds
+        that closes no fetch) through the relay as any other (``sim_node.send_frames``; tests
+        compare)."""
         self.scenario = scenario
         self.params = params = scenario.to_params()
         self.streams = RngStreams(scenario.seed)
@@ -123,7 +125,12 @@ class Simulation:
             *relay_only,
         ]
         self.block_holders: list[Callable[[bytes], bool] | None] = [None] * len(self.nodes)
-        """Per node, what ``send_frames`` asks before it sends a block ``inv`` as an event."""
+        """Per node, what ``send_frames`` and the port's ``on_block_frame`` ask of a block
+        message before it is an event or handled (None: always delivered)."""
+        self.block_receivers: list[Callable[[int, Message, bytes, bool], None] | None] = [
+            None
+        ] * len(self.nodes)
+        """Per node with a ``block_holders`` entry, its port's ``on_block_frame`` once made."""
         if elide_known_invs:
             for node in self.nodes:
                 if type(node) is SimNode:

@@ -2,13 +2,17 @@
 
 ``send_frames`` asks it of a block ``inv``'s receiver to elide the event of an ``inv`` that would
 do nothing there, so a wrong answer changes a run. Each test swaps in a checker that asks the
-chain too, at every call, over runs with orphans, reorganisations and a rejected block.
+chain too, at every call, over runs with orphans, reorganisations and a rejected block. The port's
+``on_block_frame`` asks it of every block message's receiver, and hands on only those that would
+do something there.
 """
 
 import pytest
 
+from p2p import wire
+from p2p.relay import BLOCK
 from simulator.scenario import load_scenario
-from simulator.sim_node import SimNode
+from simulator.sim_node import RelayPort, SimNode, peer_key
 from simulator.simulation import Simulation
 from tests.simulator.test_attack_network import ZERO_DELAY_TWO_MINERS
 from tests.simulator.test_share_results import invalid_block
@@ -81,3 +85,41 @@ def test_a_rejected_block_is_not_held(checked: dict[bool, int]) -> None:
         node.on_deliver_block(block.id, block.raw, node.index)
         assert sim.known_blocks.knows(node.index, block.id)  # delivered, so known here
         assert not node.holds_block(block.id)  # the checker asks the chain too
+
+
+def test_a_block_message_that_would_do_nothing_is_not_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``RelayPort.on_block_frame`` hands a block message to the relay unless the block is
+    accepted here and the message is an ``inv``, or a ``block`` that closes no fetch: one we
+    asked ``src`` for (P11) or are fetching is always handled."""
+    sim = Simulation(load_scenario(None, ["load.tps=0"], nodes=4, duration_s=20, seed=1))
+    sim.run()
+    node = sim.full_nodes[0]
+    port = node.port
+    held = node.chain.best_id
+    assert node.holds_block(held)
+    raw = node.chain.get_block(held)
+    assert raw is not None
+    src = sim.network.neighbours[0][0].peer
+    handled: list[type] = []
+
+    def on_frames(self: RelayPort, sender: int, msgs: tuple[wire.Message, ...]) -> None:
+        handled.extend(type(m) for m in msgs)
+
+    monkeypatch.setattr(RelayPort, "on_frames", on_frames)
+    inv, block = wire.Inv(((BLOCK, bytes(held)),)), wire.BlockMsg(raw.raw)
+    port.on_block_frame(src, inv, held, False)
+    port.on_block_frame(src, block, held, True)
+    assert handled == []
+    unknown = bytes(range(32))
+    port.on_block_frame(src, wire.Inv(((BLOCK, unknown),)), unknown, False)
+    assert handled == [wire.Inv]
+    peer = port.relay.peers[peer_key(src)]
+    peer.pending.add(held)  # asked of src: its block answers the getdata
+    port.on_block_frame(src, block, held, True)
+    assert handled == [wire.Inv, wire.BlockMsg]
+    peer.pending.clear()
+    assert port.relay.fetcher.on_announce(held, peer_key(src), 0)  # a fetch running
+    port.on_block_frame(src, block, held, True)
+    assert handled == [wire.Inv, wire.BlockMsg, wire.BlockMsg]
