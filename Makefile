@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 .PHONY: all run test pytest system-deps lint fmt bench clean
 all: test
 
-$(STAMP): pyproject.toml setup.py miner/_kernel.c simulator/_flow.c  # C sources: rebuild the kernels
+$(STAMP): pyproject.toml setup.py miner/_kernel.c simulator/_engine.c simulator/_flow.c  # C sources: rebuild the kernels
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -e '.[test]'
 	touch $@

@@ -2,7 +2,8 @@
 
 ``optional=True``: without a C compiler or Python headers the build skips an extension with a
 warning and the pure-Python code is used: the miner's nonce search (miner/search.py logs which
-one is active) and the simulator's tx flow search (simulator/txflow.py ``FLOW_KERNEL``).
+one is active), the simulator's event engine (simulator/engine.py ``ENGINE_KERNEL``) and its tx
+flow search (simulator/txflow.py ``FLOW_KERNEL``).
 ``-ffp-contract=off``: no fused multiply-add, so the flow kernel's floating point results equal
 Python's double arithmetic done in the same order.
 """
@@ -15,6 +16,12 @@ setup(
             "miner._kernel",
             sources=["miner/_kernel.c"],
             extra_compile_args=["-O3"],
+            optional=True,
+        ),
+        Extension(
+            "simulator._engine",
+            sources=["simulator/_engine.c"],
+            extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(

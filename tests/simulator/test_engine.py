@@ -2,11 +2,26 @@
 
 import pytest
 
-from simulator.engine import Engine
+from simulator.engine import ENGINE_BUILT, PythonEngine
 from simulator.rng import RngStreams, derive_seed
 
 
-def test_events_run_in_time_order_and_ties_in_scheduling_order() -> None:
+def _engines() -> list[type[PythonEngine]]:
+    if not ENGINE_BUILT:
+        return [PythonEngine]
+    from simulator._engine import Engine as CEngine
+
+    return [PythonEngine, CEngine]  # type: ignore[list-item]
+
+
+@pytest.fixture(params=_engines(), ids=lambda cls: cls.__module__)
+def Engine(request: pytest.FixtureRequest) -> type[PythonEngine]:
+    """Each engine implementation (simulator/engine.py's and the compiled one)."""
+    cls: type[PythonEngine] = request.param
+    return cls
+
+
+def test_events_run_in_time_order_and_ties_in_scheduling_order(Engine: type[PythonEngine]) -> None:
     engine = Engine()
     seen: list[str] = []
     engine.schedule(5.0, seen.append, "late")
@@ -18,7 +33,7 @@ def test_events_run_in_time_order_and_ties_in_scheduling_order() -> None:
     assert engine.events == 3
 
 
-def test_run_until_stops_before_later_events_and_cancel_skips() -> None:
+def test_run_until_stops_before_later_events_and_cancel_skips(Engine: type[PythonEngine]) -> None:
     engine = Engine()
     seen: list[int] = []
     engine.schedule(1.0, seen.append, 1)
@@ -32,7 +47,7 @@ def test_run_until_stops_before_later_events_and_cancel_skips() -> None:
     assert seen == [1, 10]
 
 
-def test_scheduling_into_the_past_is_an_error() -> None:
+def test_scheduling_into_the_past_is_an_error(Engine: type[PythonEngine]) -> None:
     engine = Engine()
     engine.schedule(3.0, lambda: None)
     engine.run()
@@ -49,7 +64,9 @@ def test_named_streams_are_independent_and_reproducible() -> None:
     assert derive_seed(7, "mining") != derive_seed(7, "txs")
 
 
-def test_schedule_each_keeps_list_order_for_ties_and_refuses_the_past() -> None:
+def test_schedule_each_keeps_list_order_for_ties_and_refuses_the_past(
+    Engine: type[PythonEngine],
+) -> None:
     engine = Engine()
     seen: list[str] = []
     engine.schedule(2.0, seen.append, "before")
@@ -61,7 +78,7 @@ def test_schedule_each_keeps_list_order_for_ties_and_refuses_the_past() -> None:
         engine.schedule_each(seen.append, [(1.0, ("late",))])
 
 
-def test_events_are_counted_when_a_callback_raises() -> None:
+def test_events_are_counted_when_a_callback_raises(Engine: type[PythonEngine]) -> None:
     engine = Engine()
 
     def boom() -> None:

@@ -3,10 +3,29 @@
 import itertools
 import random
 
-from simulator.engine import BUCKET_MS, Engine
+import pytest
+
+from simulator.engine import BUCKET_MS, ENGINE_BUILT, PythonEngine
 
 
-def test_random_nested_schedules_run_in_time_then_scheduling_order() -> None:
+def _engines() -> list[type[PythonEngine]]:
+    if not ENGINE_BUILT:
+        return [PythonEngine]
+    from simulator._engine import Engine as CEngine
+
+    return [PythonEngine, CEngine]  # type: ignore[list-item]
+
+
+@pytest.fixture(params=_engines(), ids=lambda cls: cls.__module__)
+def Engine(request: pytest.FixtureRequest) -> type[PythonEngine]:
+    """Each engine implementation (simulator/engine.py's and the compiled one)."""
+    cls: type[PythonEngine] = request.param
+    return cls
+
+
+def test_random_nested_schedules_run_in_time_then_scheduling_order(
+    Engine: type[PythonEngine],
+) -> None:
     rng = random.Random(11)
     engine = Engine()
     ran: list[tuple[float, int]] = []
@@ -35,7 +54,9 @@ def test_random_nested_schedules_run_in_time_then_scheduling_order() -> None:
             assert a[1] < b[1]
 
 
-def test_an_event_scheduled_before_an_opened_bucket_still_runs_first() -> None:
+def test_an_event_scheduled_before_an_opened_bucket_still_runs_first(
+    Engine: type[PythonEngine],
+) -> None:
     engine = Engine()
     seen: list[str] = []
     engine.schedule(50.0, seen.append, "at-50")
@@ -50,7 +71,7 @@ def test_an_event_scheduled_before_an_opened_bucket_still_runs_first() -> None:
     assert seen == ["at-11", "at-12", "at-50", "at-60"]
 
 
-def test_peek_time_inside_a_callback_does_not_skip_a_bucket() -> None:
+def test_peek_time_inside_a_callback_does_not_skip_a_bucket(Engine: type[PythonEngine]) -> None:
     engine = Engine()
     seen: list[float] = []
 
@@ -65,3 +86,89 @@ def test_peek_time_inside_a_callback_does_not_skip_a_bucket() -> None:
     assert seen == [1.0, 7.0, 30.0]
     assert engine.peek_time() is None
     assert len(engine) == 0
+
+
+def _trace(cls: type[PythonEngine], seed: int) -> list[tuple[float, int, str]]:
+    """A random workload: nested schedules at the same instant, in the open bucket, in later
+    buckets, past the compiled engine's 16 s ring (and hours ahead), cancels, drops and revives,
+    peeks inside callbacks, runs in steps; what ran, when, in order."""
+    rng = random.Random(seed)
+    engine = cls()
+    ran: list[tuple[float, int, str]] = []
+    handles: list[int] = []
+    times: list[float] = []
+    counter = [0]
+
+    def fire(ident: int) -> None:
+        ran.append((engine.now_ms, ident, "fire"))
+        if rng.random() < 0.1:
+            engine.peek_time()
+        for _ in range(rng.choice((0, 1, 2, 2))):
+            if counter[0] >= 4_000:
+                return
+            counter[0] += 1
+            delay = rng.choice(
+                (
+                    0.0,
+                    0.25,
+                    BUCKET_MS,
+                    rng.uniform(0, 5),
+                    float(rng.randrange(40)),
+                    rng.uniform(15_000, 17_000),
+                    rng.uniform(0, 3_600_000),
+                )
+            )
+            at = engine.now_ms + delay  # a fresh float: it names the event for dropping
+            handles.append(engine.schedule_at(at, fire, counter[0]))
+            times.append(at)
+        roll = rng.random()
+        if roll < 0.05 and handles:
+            engine.cancel(rng.choice(handles))
+        elif roll < 0.15 and times:
+            engine.dropped.add(id(rng.choice(times)))
+        elif roll < 0.17:
+            engine.revive(lambda event: event[3][0] % 2 == 0)
+
+    for _ in range(40):
+        counter[0] += 1
+        at = float(rng.randrange(10))
+        handles.append(engine.schedule_at(at, fire, counter[0]))
+        times.append(at)
+    step = 0.0
+    while engine.peek_time() is not None:
+        step += rng.uniform(0, 20_000)
+        engine.run(until_ms=step)
+        ran.append((engine.now_ms, len(engine), "step"))
+    ran.append((engine.now_ms, engine.events, "end"))
+    return ran
+
+
+@pytest.mark.skipif(not ENGINE_BUILT, reason="simulator._engine was not built")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_compiled_engine_runs_what_the_python_engine_runs(seed: int) -> None:
+    from simulator._engine import Engine as CEngine
+
+    want = _trace(PythonEngine, seed)
+    assert len(want) > 1_000
+    assert _trace(CEngine, seed) == want  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not ENGINE_BUILT, reason="simulator._engine was not built")
+def test_a_simulation_is_the_same_on_either_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every output, the event count included, on scenario d's shape with the tx flow."""
+    from simulator import simulation
+    from simulator._engine import Engine as CEngine
+    from simulator.scenario import load_scenario
+    from tests.simulator.test_share_results import D_SHAPE, _outputs
+
+    scenario = load_scenario(
+        None, [*D_SHAPE, 'network.tx_relay="flow"'], nodes=60, duration_s=10, seed=3
+    )
+    outputs = []
+    for cls in (PythonEngine, CEngine):
+        monkeypatch.setattr(simulation, "Engine", cls)
+        sim = simulation.Simulation(scenario)
+        assert type(sim.engine) is cls
+        outputs.append(_outputs(sim))
+    assert outputs[0] == outputs[1]
+    assert outputs[1]["metrics"]["events"] > 10_000

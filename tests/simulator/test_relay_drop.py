@@ -6,7 +6,6 @@ the same bandwidth-limited scenario with dropping on and off and require every m
 block row to be equal, with fewer events when dropping is on.
 """
 
-import itertools
 from typing import Any
 
 from dagchain.types import BlockId
@@ -52,7 +51,7 @@ def test_dropping_losing_copies_changes_no_metric() -> None:
 
 
 def _queued(engine: Engine) -> list[Event]:
-    return list(itertools.chain(engine._open, *engine._buckets.values()))
+    return engine.queued()
 
 
 def _forget_a_dropped_block(sim: Simulation) -> tuple[int, BlockId, bytes, int]:
