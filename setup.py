@@ -4,8 +4,8 @@
 warning and the pure-Python code is used: the miner's nonce search (miner/search.py logs which
 one is active), the simulator's event engine (simulator/engine.py ``ENGINE_KERNEL``) and its tx
 flow search (simulator/txflow.py ``FLOW_KERNEL``).
-``-ffp-contract=off``: no fused multiply-add, so the flow kernel's floating point results equal
-Python's double arithmetic done in the same order.
+``-ffp-contract=off``: no fused multiply-add, so the flow kernel's and the uplinks' floating point
+results equal Python's double arithmetic done in the same order.
 """
 
 from setuptools import Extension, setup
@@ -21,7 +21,7 @@ setup(
         Extension(
             "simulator._engine",
             sources=["simulator/_engine.c"],
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O2", "-ffp-contract=off"],
             optional=True,
         ),
         Extension(

@@ -9,6 +9,8 @@
  * waits in an overflow heap that is merged in when its bucket opens. Dropping (a set of ids of
  * time objects) and cancelling (a set of handles) are engine.py's, read from the same Python
  * sets. now_ms is the time object of the event running (as engine.py keeps it).
+ *
+ * Uplinks: Network.transmit (simulator/network.py) on the Network's own lists.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -566,16 +568,172 @@ static PyTypeObject EngineType = {
     .tp_as_sequence = &engine_as_sequence,
 };
 
+/* ------------------------------------------------------------------------------ Uplinks */
+/* simulator/network.py's Network.transmit, compiled: the same double operations in the same
+ * order (built with -ffp-contract=off), on the Network's own lists (latency: node -> {peer:
+ * ms}; upload, download: bits per ms; upload_free: when each uplink is free, written in place
+ * and shared with the tx flow's kernel), counting messages and bytes here. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *latency;     /* list of dicts */
+    PyObject *upload;      /* list of floats */
+    PyObject *download;    /* list of floats */
+    PyObject *upload_free; /* list of floats */
+    double processing;
+    long long messages;
+    long long bytes_sent;
+} Uplinks;
+
+static int uplinks_traverse(Uplinks *u, visitproc visit, void *arg) {
+    Py_VISIT(u->latency);
+    Py_VISIT(u->upload);
+    Py_VISIT(u->download);
+    Py_VISIT(u->upload_free);
+    return 0;
+}
+
+static int uplinks_clear(Uplinks *u) {
+    Py_CLEAR(u->latency);
+    Py_CLEAR(u->upload);
+    Py_CLEAR(u->download);
+    Py_CLEAR(u->upload_free);
+    return 0;
+}
+
+static void uplinks_dealloc(Uplinks *u) {
+    PyObject_GC_UnTrack(u);
+    uplinks_clear(u);
+    Py_TYPE(u)->tp_free((PyObject *)u);
+}
+
+static int uplinks_init(Uplinks *u, PyObject *args, PyObject *kwds) {
+    PyObject *latency, *upload, *download, *upload_free;
+    double processing;
+    static char *kwlist[] = {"latency", "upload", "download", "upload_free", "processing_ms",
+                             NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!d", kwlist, &PyList_Type, &latency,
+                                     &PyList_Type, &upload, &PyList_Type, &download,
+                                     &PyList_Type, &upload_free, &processing))
+        return -1;
+    Py_ssize_t n = PyList_GET_SIZE(latency);
+    if (PyList_GET_SIZE(upload) != n || PyList_GET_SIZE(download) != n ||
+        PyList_GET_SIZE(upload_free) != n) {
+        PyErr_SetString(PyExc_ValueError, "latency, upload, download, upload_free: one per node");
+        return -1;
+    }
+    Py_XSETREF(u->latency, Py_NewRef(latency));
+    Py_XSETREF(u->upload, Py_NewRef(upload));
+    Py_XSETREF(u->download, Py_NewRef(download));
+    Py_XSETREF(u->upload_free, Py_NewRef(upload_free));
+    u->processing = processing;
+    u->messages = u->bytes_sent = 0;
+    return 0;
+}
+
+static int list_double(PyObject *list, Py_ssize_t i, double *out) {
+    if (i < 0 || i >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_IndexError, "node index out of range");
+        return -1;
+    }
+    PyObject *v = PyList_GET_ITEM(list, i);
+    *out = PyFloat_Check(v) ? PyFloat_AS_DOUBLE(v) : PyFloat_AsDouble(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* transmit(src, dst, size, count, now_ms) -> when they are processed at dst */
+static PyObject *uplinks_transmit(Uplinks *u, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "transmit(src, dst, size, count, now_ms)");
+        return NULL;
+    }
+    Py_ssize_t src = PyLong_AsSsize_t(args[0]);
+    if (src == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t dst = PyLong_AsSsize_t(args[1]);
+    if (dst == -1 && PyErr_Occurred()) return NULL;
+    long long size = PyLong_AsLongLong(args[2]);
+    if (size == -1 && PyErr_Occurred()) return NULL;
+    long long count = PyLong_AsLongLong(args[3]);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    double now = PyFloat_AsDouble(args[4]);
+    if (now == -1.0 && PyErr_Occurred()) return NULL;
+    if (size < 0 || size > ((long long)1 << 50)) {
+        PyErr_SetString(PyExc_ValueError, "size out of range");
+        return NULL;
+    }
+    if (src < 0 || src >= PyList_GET_SIZE(u->latency)) {
+        PyErr_SetString(PyExc_IndexError, "node index out of range");
+        return NULL;
+    }
+    u->messages += count;
+    u->bytes_sent += size;
+    PyObject *row = PyList_GET_ITEM(u->latency, src);
+    if (!PyDict_Check(row)) {
+        PyErr_SetString(PyExc_TypeError, "latency[src] must be a dict");
+        return NULL;
+    }
+    PyObject *lat_obj = PyDict_GetItemWithError(row, args[1]);
+    if (lat_obj == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, args[1]);
+        return NULL;
+    }
+    double latency = PyFloat_AsDouble(lat_obj);
+    if (latency == -1.0 && PyErr_Occurred()) return NULL;
+    double up, down;
+    if (list_double(u->upload, src, &up) < 0 || list_double(u->download, dst, &down) < 0)
+        return NULL;
+    double rate = up < down ? up : down;
+    if (rate == INFINITY) return PyFloat_FromDouble(now + latency + u->processing);
+    double start;
+    if (list_double(u->upload_free, src, &start) < 0) return NULL;
+    if (start < now) start = now;
+    double done = start + (double)(size * 8) / rate;
+    PyObject *done_obj = PyFloat_FromDouble(done);
+    if (done_obj == NULL) return NULL;
+    if (PyList_SetItem(u->upload_free, src, done_obj) < 0) return NULL; /* steals done_obj */
+    return PyFloat_FromDouble(done + latency + u->processing);
+}
+
+static PyMemberDef uplinks_members[] = {
+    {"messages", T_LONGLONG, offsetof(Uplinks, messages), 0, "messages sent through transmit"},
+    {"bytes_sent", T_LONGLONG, offsetof(Uplinks, bytes_sent), 0, "their bytes"},
+    {NULL}};
+
+static PyMethodDef uplinks_methods[] = {
+    {"transmit", (PyCFunction)(void (*)(void))uplinks_transmit, METH_FASTCALL,
+     "transmit(src, dst, size, count, now_ms) -> float: Network.transmit"},
+    {NULL}};
+
+static PyTypeObject UplinksType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulator._engine.Uplinks",
+    .tp_basicsize = sizeof(Uplinks),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Network.transmit of simulator/network.py, compiled.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)uplinks_init,
+    .tp_dealloc = (destructor)uplinks_dealloc,
+    .tp_traverse = (traverseproc)uplinks_traverse,
+    .tp_clear = (inquiry)uplinks_clear,
+    .tp_methods = uplinks_methods,
+    .tp_members = uplinks_members,
+};
+
 static struct PyModuleDef engine_module = {PyModuleDef_HEAD_INIT, "simulator._engine",
                                            "The event engine, compiled.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__engine(void) {
-    if (PyType_Ready(&EngineType) < 0) return NULL;
+    if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&UplinksType) < 0) return NULL;
     PyObject *m = PyModule_Create(&engine_module);
     if (m == NULL) return NULL;
     Py_INCREF(&EngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
         Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&UplinksType);
+    if (PyModule_AddObject(m, "Uplinks", (PyObject *)&UplinksType) < 0) {
+        Py_DECREF(&UplinksType);
         Py_DECREF(m);
         return NULL;
     }

@@ -25,3 +25,19 @@ class Engine:
         self, until_ms: float | None = None, progress: Callable[[float], None] | None = None
     ) -> None: ...
     def __len__(self) -> int: ...
+
+@final
+class Uplinks:
+    """simulator/network.py's Network.transmit, compiled, on the Network's own lists."""
+
+    messages: int
+    bytes_sent: int
+    def __init__(
+        self,
+        latency: list[dict[int, float]],
+        upload: list[float],
+        download: list[float],
+        upload_free: list[float],
+        processing_ms: float,
+    ) -> None: ...
+    def transmit(self, src: int, dst: int, size: int, count: int, now_ms: float) -> float: ...

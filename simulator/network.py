@@ -10,6 +10,10 @@ link's latency drawn once, uniformly, in seconds) and ``regions2019`` (six regio
 Bitcoin latency and bandwidth tables used by SimBlock; docs: shared/data/regions.md). Each link's
 latency there is the table mean times a lognormal jitter of mean 1 (sigma 0.2), bounded, as the
 data notes advise for small intra-region means.
+
+``Network.transmit`` (the node relay's every send) runs compiled when simulator._engine is built
+and the engine is the compiled one (``simulator.engine.ENGINE_KERNEL``): ``_engine.Uplinks``, the
+same double operations in the same order on this object's own lists.
 """
 
 import itertools
@@ -19,7 +23,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import final
 
+from simulator.engine import ENGINE_BUILT, ENGINE_KERNEL
 from simulator.knowledge import node_ids
+
+if ENGINE_BUILT:
+    from simulator._engine import Uplinks
 
 REGIONS = ("NA", "EU", "SA", "AP", "JP", "AU")
 REGION_LATENCY_MS = (
@@ -61,7 +69,10 @@ class Network:
         processing_ms: float,
         rng: random.Random,
         topology: str = "random",
+        kernel: str = ENGINE_KERNEL,
     ) -> None:
+        """``kernel``: ``"c"`` runs :meth:`transmit` compiled (simulator/_engine.c, the same
+        arithmetic), ``"python"`` as written here (default: the engine's choice)."""
         self.nodes = nodes
         self.processing_ms = processing_ms
         self.region = [0] * nodes
@@ -83,8 +94,16 @@ class Network:
         self._upload_free = [0.0] * nodes
         self.neighbours: list[list[Link]] = [[] for _ in range(nodes)]
         self._build(degree, rng, topology)
-        self.bytes_sent = 0
-        self.messages = 0
+        self._bytes_sent = 0
+        self._messages = 0
+        self._uplinks = (
+            Uplinks(self._latency, self.upload, self.download, self._upload_free, processing_ms)
+            if kernel == "c"
+            else None
+        )
+        """``transmit`` compiled (simulator/_engine.c; it keeps its own counts), or None."""
+        if self._uplinks is not None:
+            self.transmit = self._uplinks.transmit  # type: ignore[method-assign]
         self.sent_by_type: Counter[tuple[int, str]] | None = None
         """Set to a Counter to count the relay's messages by (sender, wire type)
         (``network.relay = "node"``; bench/ring_compare.py); off in runs."""
@@ -118,6 +137,28 @@ class Network:
         ]
 
     @property
+    def messages(self) -> int:
+        """Messages sent so far (frames: a batch sent together counts each message)."""
+        uplinks = self._uplinks
+        return self._messages + (0 if uplinks is None else uplinks.messages)
+
+    @messages.setter
+    def messages(self, value: int) -> None:
+        uplinks = self._uplinks
+        self._messages = value - (0 if uplinks is None else uplinks.messages)
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes of those messages."""
+        uplinks = self._uplinks
+        return self._bytes_sent + (0 if uplinks is None else uplinks.bytes_sent)
+
+    @bytes_sent.setter
+    def bytes_sent(self, value: int) -> None:
+        uplinks = self._uplinks
+        self._bytes_sent = value - (0 if uplinks is None else uplinks.bytes_sent)
+
+    @property
     def upload_free(self) -> list[float]:
         """``upload_free[v]``: when v's uplink has sent all it was given (the FIFO the block
         messages and the tx flow, simulator/txflow.py, share)."""
@@ -144,8 +185,8 @@ class Network:
 
         Books the sender's uplink for the transfer time (FIFO upload queue).
         """
-        self.messages += 1
-        self.bytes_sent += size
+        self._messages += 1
+        self._bytes_sent += size
         rate = min(self.upload[src], self.download[link.peer])
         if rate == math.inf:
             return now_ms + link.latency_ms + self.processing_ms
@@ -161,8 +202,8 @@ class Network:
         The uplink sends them back to back (FIFO with everything else ``src`` sends), so they
         land together once the last byte is in; otherwise as :meth:`arrival_ms`.
         """
-        self.messages += count
-        self.bytes_sent += size
+        self._messages += count
+        self._bytes_sent += size
         latency = self._latency[src][dst]
         up, down = self.upload[src], self.download[dst]
         rate = up if up < down else down
@@ -243,8 +284,8 @@ class Network:
             pending[peer] = at
             out.append((at, (peer, key, raw, src)))
         if sent:
-            self.messages += sent
-            self.bytes_sent += size * sent
+            self._messages += sent
+            self._bytes_sent += size * sent
         return out
 
 

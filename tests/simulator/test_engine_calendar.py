@@ -172,3 +172,36 @@ def test_a_simulation_is_the_same_on_either_engine(monkeypatch: pytest.MonkeyPat
         outputs.append(_outputs(sim))
     assert outputs[0] == outputs[1]
     assert outputs[1]["metrics"]["events"] > 10_000
+
+
+@pytest.mark.skipif(not ENGINE_BUILT, reason="simulator._engine was not built")
+@pytest.mark.parametrize(
+    ("delay", "bandwidth"), [("regions2019", 0), ("fixed:0.05", 0), ("uniform:0.01:0.3", 25)]
+)
+def test_the_compiled_transmit_is_the_python_transmit(delay: str, bandwidth: float) -> None:
+    """``Network.transmit`` compiled: the same arrival to the bit, the same uplink queue and
+    counts, over random sends (busy and idle uplinks, batches, big and small frames)."""
+    from simulator.network import Network
+
+    nets = [
+        Network(200, 8, delay, bandwidth, 0.5, random.Random(4), kernel=kernel)
+        for kernel in ("python", "c")
+    ]
+    assert nets[0].transmit != nets[1].transmit  # the compiled one is in use
+    rng = random.Random(9)
+    now = 0.0
+    for _ in range(20_000):
+        now += rng.choice((0.0, rng.uniform(0, 2), rng.uniform(0, 200)))
+        src = rng.randrange(200)
+        dst = rng.choice(nets[0].neighbours[src]).peer
+        size, count = (
+            rng.choice((rng.randrange(40, 300), rng.randrange(1_000, 600_000))),
+            1 + rng.randrange(3),
+        )
+        arrivals = [net.transmit(src, dst, size, count, now) for net in nets]
+        assert arrivals[0] == arrivals[1]
+        assert type(arrivals[1]) is float
+    assert nets[0].upload_free == nets[1].upload_free
+    assert (nets[0].messages, nets[0].bytes_sent) == (nets[1].messages, nets[1].bytes_sent)
+    nets[1].messages += 5  # the tx flow adds its own counts
+    assert nets[1].messages == nets[0].messages + 5
