@@ -17,6 +17,7 @@ NOT_DISPATCHED = {wire.Hello, wire.Unknown}
 """The handshake runs before dispatch (P3, P4); unknown types are ignored (§11.1)."""
 CLASSIFIERS = {
     "p2p/scores.py:is_solicited_reply",  # §11.7: which replies the token bucket does not charge
+    "simulator/sim_node.py:_block_of",  # which block a one-block inv or a block message is of
 }
 """Functions that look at a message's type to classify it, not to handle it."""
 
