@@ -339,6 +339,15 @@ class Relay:
         """A ``block`` message with this id came from ``key``: its fetch is done."""
         return self._on_item(key, block_id, now_ms, True)
 
+    def awaits_block(self, key: str, block_id: bytes) -> bool:
+        """Whether a ``block`` message of ``block_id`` from ``key`` would close a fetch of ours
+        (one running, or a getdata of it outstanding to ``key``). If not, and the block is
+        already held, ``on_block`` changes nothing (with ``forget_relayed``)."""
+        if block_id in self.fetcher:
+            return True
+        peer = self.peers.get(key)
+        return peer is not None and block_id in peer.pending
+
     def on_tx(self, key: str, txid: bytes, now_ms: int) -> Arrival:
         """A ``tx`` message with this id came from ``key``: its fetch is done."""
         return self._on_item(key, txid, now_ms, False)

@@ -507,6 +507,22 @@ def _block_of(msg: wire.Message) -> tuple[bytes | None, bool]:
     return None, False
 
 
+def _schedule_block_msg(hub: Hub, src: int, dst: int, msg: wire.Message, at: float) -> bool:
+    """For node ``dst`` (with a ``block_holders`` entry): if ``msg`` is of one block, make its
+    event at the port's ``on_block_frame``, or none for an ``inv`` of a block ``dst`` holds;
+    True if so, False if ``msg`` is to be delivered as any other."""
+    block, push = _block_of(msg)
+    if block is None:
+        return False
+    if not push and hub.block_holders[dst](block):  # type: ignore[misc]
+        return True
+    block_receiver = hub.block_receivers[dst]
+    if block_receiver is None:
+        return False
+    hub.engine.schedule_at(at, block_receiver, src, msg, block, push)
+    return True
+
+
 def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
     """Carry node ``src``'s messages over the simulated network, grouped by neighbour in
     first-send order: one event per neighbour, the sum of their frame sizes on the uplink.
@@ -529,17 +545,8 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
         key, msg = sends[0]
         dst = index[key]
         at = network.transmit(src, dst, frame_size(msg), 1, now)
-        holds = holders[dst]
-        if holds is not None:
-            block, push = _block_of(msg)
-            if block is not None:
-                if not push and holds(block):
-                    return
-                block_receiver = hub.block_receivers[dst]
-                if block_receiver is not None:
-                    engine.schedule_at(at, block_receiver, src, msg, block, push)
-                    return
-        engine.schedule_at(at, receivers[dst] or nodes[dst].on_frames, src, (msg,))
+        if holders[dst] is None or not _schedule_block_msg(hub, src, dst, msg, at):
+            engine.schedule_at(at, receivers[dst] or nodes[dst].on_frames, src, (msg,))
         return
     if len({key for key, _ in sends}) == len(sends):  # one message per neighbour (a relay)
         transmit, schedule = network.transmit, engine.schedule_at
@@ -552,7 +559,7 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
                 last, size = msg, frame_size(msg)
                 block, push = _block_of(msg)
             at = transmit(src, dst, size, 1, now)
-            if block is not None:
+            if block is not None:  # _schedule_block_msg, inlined: the relay's hottest loop
                 holds = holders[dst]
                 if holds is not None:
                     if not push and holds(block):
@@ -579,17 +586,12 @@ def send_frames(hub: Hub, src: int, sends: Sequence[Send]) -> None:
             for msg in msgs:
                 size += frame_size(msg)
         at = network.transmit(src, dst, size, len(msgs), now)
-        holds = holders[dst]
-        if len(msgs) == 1 and holds is not None:
-            block, push = _block_of(msgs[0])
-            if block is not None:
-                if not push and holds(block):
-                    continue
-                block_receiver = hub.block_receivers[dst]
-                if block_receiver is not None:
-                    engine.schedule_at(at, block_receiver, src, msgs[0], block, push)
-                    continue
-        engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
+        if (
+            len(msgs) > 1
+            or holders[dst] is None
+            or not _schedule_block_msg(hub, src, dst, msgs[0], at)
+        ):
+            engine.schedule_at(at, nodes[dst].on_frames, src, tuple(msgs))
 
 
 def block_id_of(raw: bytes) -> bytes | None:
@@ -708,17 +710,13 @@ class RelayPort:
         1,000-full-node shape). It would do nothing if the block is accepted here (a node never
         loses one) and it is an ``inv`` (``Relay.on_inv`` finds the block held and, with
         ``forget_relayed``, records nothing), or a ``block`` that closes no fetch of ours
-        (``Relay.on_block``: none running, none asked of ``src``; the node finds it known).
+        (``Relay.awaits_block``; the node finds it known).
         No reply, no timer either way: the port's timer is armed whenever its relay is busy.
         """
-        if self._holds(block):  # type: ignore[misc]
-            if not push:
-                return
-            relay = self.relay
-            if block not in relay.fetcher:
-                peer = relay.peers.get(_KEYS[src])
-                if peer is None or block not in peer.pending:
-                    return
+        if self._holds(block) and (  # type: ignore[misc]
+            not push or not self.relay.awaits_block(_KEYS[src], block)
+        ):
+            return
         self.on_frames(src, (msg,))
 
     # ------------------------------------------------------------------ handlers (p2p.dispatch)

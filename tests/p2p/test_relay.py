@@ -344,3 +344,21 @@ def test_reannounce_rounds_come_every_30_to_60_s() -> None:
     gaps = [b - a for a, b in zip([0, *due], due, strict=False)]
     assert due
     assert all(30_000 <= g <= 60_250 for g in gaps)
+
+
+def test_a_block_is_awaited_from_the_peer_asked_until_it_arrives() -> None:
+    """``awaits_block``: a ``block`` from ``key`` closes a fetch of ours only while one runs;
+    a held block nobody fetches is awaited from no one (its arrival changes nothing)."""
+    relay, inv = _relay(forget_relayed=True)
+    block = _id(7)
+    assert not relay.awaits_block("p1", block)
+    relay.on_inv("p1", wire.Inv(((BLOCK, block),)), 0)  # getdata to p1
+    relay.on_inv("p2", wire.Inv(((BLOCK, block),)), 0)  # p2 waits as the next announcer
+    assert relay.awaits_block("p1", block)
+    assert relay.awaits_block("p2", block)  # the fetch runs: a push from anyone ends it
+    inv.blocks[block] = b"raw"
+    relay.on_block("p1", block, 10)
+    relay.on_block_accepted(block, b"raw")
+    assert not relay.awaits_block("p1", block)
+    assert not relay.awaits_block("p2", block)
+    assert not relay.awaits_block("nobody", block)

@@ -96,19 +96,21 @@ def test_d_shape_with_relay_only_nodes_is_identical() -> None:
     assert shared.hits["utxos"] > shared.lookups["utxos"] / 2
 
 
+SELFISH_RUN: tuple[list[str], dict[str, int]] = (
+    [
+        *ZERO_DELAY_TWO_MINERS,
+        'attack.kind="selfish"',
+        'attack.model="network"',
+        "attack.share=0.35",
+        "load.tps=2",
+    ],
+    {"nodes": 5, "duration_s": 400, "seed": 11},
+)
+"""A selfish miner's releases reorganising the honest nodes (settings, run fields)."""
+
+
 def test_selfish_miner_reorganisations_are_identical() -> None:
-    _, metrics = _same_either_way(
-        [
-            *ZERO_DELAY_TWO_MINERS,
-            'attack.kind="selfish"',
-            'attack.model="network"',
-            "attack.share=0.35",
-            "load.tps=2",
-        ],
-        nodes=5,
-        duration_s=400,
-        seed=11,
-    )
+    _, metrics = _same_either_way(SELFISH_RUN[0], **SELFISH_RUN[1])
     assert metrics["stale_milestone_rate"] > 0  # the attacker's releases reorganised nodes
 
 

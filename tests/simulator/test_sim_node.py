@@ -14,8 +14,7 @@ from p2p.relay import BLOCK
 from simulator.scenario import load_scenario
 from simulator.sim_node import RelayPort, SimNode, peer_key
 from simulator.simulation import Simulation
-from tests.simulator.test_attack_network import ZERO_DELAY_TWO_MINERS
-from tests.simulator.test_share_results import invalid_block
+from tests.simulator.test_share_results import SELFISH_RUN, invalid_block
 
 
 @pytest.fixture
@@ -57,21 +56,7 @@ def test_holds_block_is_has_block_with_orphans_and_relay_only_nodes(
 
 
 def test_holds_block_is_has_block_through_reorganisations(checked: dict[bool, int]) -> None:
-    sim = Simulation(
-        load_scenario(
-            None,
-            [
-                *ZERO_DELAY_TWO_MINERS,
-                'attack.kind="selfish"',
-                'attack.model="network"',
-                "attack.share=0.35",
-                "load.tps=2",
-            ],
-            nodes=5,
-            duration_s=400,
-            seed=11,
-        )
-    )
+    sim = Simulation(load_scenario(None, SELFISH_RUN[0], **SELFISH_RUN[1]))
     result = sim.run()
     assert result.metrics["stale_milestone_rate"] > 0
     assert checked.get(True, 0) > 100
