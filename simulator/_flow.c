@@ -1164,44 +1164,70 @@ static int do_answer(Spread *s, int32_t announcer, int32_t node, int32_t edge, d
 
 /* The Knowledge attributes the gate reads, interned once (not made from C strings at every
  * advance). */
-static PyObject *str_holders, *str_everywhere, *str_nodes;
+static PyObject *str_holders, *str_counts, *str_everywhere, *str_nodes, *str_width;
 
 /* What the gate says of a relay node; -1 on error. */
 typedef struct {
     int how;
     PyObject *arg, *key;
-    PyObject *holders, *everywhere; /* HOW_KNOWLEDGE */
-    Py_ssize_t nodes;
+    PyObject *holders, *counts, *everywhere; /* HOW_KNOWLEDGE */
+    Py_ssize_t nodes, width;
 } Gate;
 
-/* simulator.knowledge.Knowledge.learn(node, key), step for step. */
-static int knowledge_learn(Gate *g, PyObject *node) {
+/* simulator.knowledge.Knowledge.learn(v, key), step for step: holders maps a key to a bytearray
+ * bitmap of `width` bytes (bit v & 7 of byte v >> 3), counts to its number of bits set. */
+static int knowledge_learn(Gate *g, int32_t v) {
     PyObject *found = PyDict_GetItemWithError(g->holders, g->key); /* borrowed */
+    Py_ssize_t at = v >> 3;
+    char bit = (char)(1 << (v & 7));
+    long count;
+    if (at >= g->width) {
+        PyErr_SetString(PyExc_ValueError, "node past the knowledge's bitmaps");
+        return -1;
+    }
     if (found == NULL) {
         if (PyErr_Occurred()) return -1;
         int c = PySet_Contains(g->everywhere, g->key);
         if (c != 0) return c < 0 ? -1 : 0;
-        PyObject *fresh = PySet_New(NULL);
+        PyObject *fresh = PyByteArray_FromStringAndSize(NULL, g->width);
         if (fresh == NULL) return -1;
+        memset(PyByteArray_AS_STRING(fresh), 0, (size_t)g->width);
         int r = PyDict_SetItem(g->holders, g->key, fresh);
         Py_DECREF(fresh);
         if (r < 0) return -1;
         found = fresh; /* the dict holds it */
+        count = 1;
     } else {
-        int c = PySet_Contains(found, node);
-        if (c != 0) return c < 0 ? -1 : 0;
+        if (!PyByteArray_CheckExact(found) || PyByteArray_GET_SIZE(found) != g->width) {
+            PyErr_SetString(PyExc_TypeError, "knowledge holders must be bitmaps of its width");
+            return -1;
+        }
+        if (PyByteArray_AS_STRING(found)[at] & bit) return 0;
+        PyObject *n = PyDict_GetItemWithError(g->counts, g->key); /* borrowed */
+        if (n == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, g->key);
+            return -1;
+        }
+        count = PyLong_AsLong(n);
+        if (count == -1 && PyErr_Occurred()) return -1;
+        count += 1;
     }
-    if (PySet_Add(found, node) < 0) return -1;
-    Py_ssize_t size = PySet_Size(found);
-    if (size < 0) return -1;
-    if (size == g->nodes) {
+    PyByteArray_AS_STRING(found)[at] |= bit;
+    if (count == g->nodes) {
         if (PyDict_DelItem(g->holders, g->key) < 0) return -1;
+        if (PyDict_DelItem(g->counts, g->key) < 0) return -1;
         if (PySet_Add(g->everywhere, g->key) < 0) return -1;
+    } else {
+        PyObject *n = PyLong_FromLong(count);
+        if (n == NULL) return -1;
+        int r = PyDict_SetItem(g->counts, g->key, n);
+        Py_DECREF(n);
+        if (r < 0) return -1;
     }
     return 1;
 }
 
-static int gate_verdict(Gate *g, PyObject *node) {
+static int gate_verdict(Gate *g, PyObject *node, int32_t v) {
     switch (g->how) {
     case HOW_REFUSES: {
         if (g->arg == Py_None) return G_PASS;
@@ -1209,7 +1235,7 @@ static int gate_verdict(Gate *g, PyObject *node) {
         return c < 0 ? -1 : (c ? G_KEEP : G_PASS);
     }
     case HOW_KNOWLEDGE: {
-        int r = knowledge_learn(g, node);
+        int r = knowledge_learn(g, v);
         return r < 0 ? -1 : (r ? G_PASS : G_KEEP);
     }
     case HOW_LEARN: {
@@ -1249,16 +1275,25 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
     PyObject *result = NULL;
     if (g.how == HOW_KNOWLEDGE) {
         g.holders = PyObject_GetAttr(g.arg, str_holders);
+        g.counts = PyObject_GetAttr(g.arg, str_counts);
         g.everywhere = PyObject_GetAttr(g.arg, str_everywhere);
         PyObject *nodes = PyObject_GetAttr(g.arg, str_nodes);
         if (nodes != NULL) {
             g.nodes = PyLong_AsSsize_t(nodes);
             Py_DECREF(nodes);
         }
-        if (g.holders == NULL || g.everywhere == NULL || nodes == NULL || PyErr_Occurred())
+        PyObject *width = PyObject_GetAttr(g.arg, str_width);
+        if (width != NULL) {
+            g.width = PyLong_AsSsize_t(width);
+            Py_DECREF(width);
+        }
+        if (g.holders == NULL || g.counts == NULL || g.everywhere == NULL || nodes == NULL ||
+            width == NULL || PyErr_Occurred())
             goto done;
-        if (!PyDict_Check(g.holders) || !PyAnySet_Check(g.everywhere)) {
-            PyErr_SetString(PyExc_TypeError, "knowledge needs a dict holders, a set everywhere");
+        if (!PyDict_Check(g.holders) || !PyDict_Check(g.counts) ||
+            !PyAnySet_Check(g.everywhere)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "knowledge needs dicts holders and counts, a set everywhere");
             goto done;
         }
     } else if (g.how < HOW_GATE || g.how > HOW_KNOWLEDGE) {
@@ -1286,7 +1321,7 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
             if (do_answer(s, m->src[x], m->peer[x], x, t) < 0) goto done;
         } else if (isnan(s->lab[m->peer[x]].arrival)) { /* the tx of src[x] landed at peer[x] */
             int32_t node = m->peer[x];
-            int verdict = node < full ? G_STOP : gate_verdict(&g, objs[node]);
+            int verdict = node < full ? G_STOP : gate_verdict(&g, objs[node], node);
             if (verdict < 0) goto done;
             s->lab[node].arrival = t;
             if (verdict == G_STOP) {
@@ -1306,6 +1341,7 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
     Py_INCREF(result);
 done:
     Py_XDECREF(g.holders);
+    Py_XDECREF(g.counts);
     Py_XDECREF(g.everywhere);
     return result;
 }
@@ -1428,9 +1464,11 @@ PyMODINIT_FUNC PyInit__flow(void) {
         PyType_Ready(&SpreadType) < 0)
         return NULL;
     if (str_holders == NULL && ((str_holders = PyUnicode_InternFromString("holders")) == NULL ||
+                                (str_counts = PyUnicode_InternFromString("counts")) == NULL ||
                                 (str_everywhere = PyUnicode_InternFromString("everywhere")) ==
                                     NULL ||
-                                (str_nodes = PyUnicode_InternFromString("_nodes")) == NULL))
+                                (str_nodes = PyUnicode_InternFromString("_nodes")) == NULL ||
+                                (str_width = PyUnicode_InternFromString("_width")) == NULL))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

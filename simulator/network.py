@@ -222,7 +222,7 @@ class Network:
         size: int,
         now_ms: float,
         exclude: int,
-        known: set[int] | None,
+        known: bytearray | None,
         pending: dict[int, float],
         key: bytes,
         raw: bytes,
@@ -233,7 +233,8 @@ class Network:
         Returns ``(arrival, (peer, key, raw, src))`` per send, ready for
         :meth:`simulator.engine.Engine.schedule_each`; each is also entered in ``pending``.
 
-        Skipped, in link order: ``exclude``, peers in ``known``, and peers whose copy in flight
+        Skipped, in link order: ``exclude``, peers in ``known`` (a
+        :class:`simulator.knowledge.Knowledge` bitmap), and peers whose copy in flight
         (``pending``: peer -> arrival) lands no later than ours could even without queueing (no
         getdata to us, so no bytes). A peer whose copy in flight lands no later than our
         computed arrival is still charged the transfer (the send was started) but not
@@ -246,7 +247,7 @@ class Network:
         Every returned arrival is a fresh float, as dropping requires.
         """
         peers = self._peers[src]
-        todo = peers if known is None else peers - known
+        todo = peers if known is None else [p for p in peers if not known[p >> 3] >> (p & 7) & 1]
         if not todo:
             return []
         out: list[tuple[float, tuple[int, bytes, bytes, int]]] = []

@@ -46,6 +46,8 @@ class RelayNode:
 
     __slots__ = (
         "_accepted",
+        "_at",
+        "_bit",
         "_genesis",
         "_port",
         "_waiting",
@@ -69,6 +71,8 @@ class RelayNode:
         genesis_id: BlockId,
     ) -> None:
         self.index = node_ids(index + 1)[index]
+        self._at, self._bit = index >> 3, 1 << (index & 7)
+        """This node's byte and bit in a :class:`Knowledge` bitmap."""
         self.hub = hub
         self.decoder = decoder
         self.known_blocks = hub.known_blocks
@@ -138,13 +142,15 @@ class RelayNode:
         """Relay inventory: a block accepted here."""
         accepted = self._accepted
         found = accepted.holders.get(block_id)  # accepted.knows(self.index, block_id), inlined
-        return block_id in accepted.everywhere if found is None else self.index in found
+        if found is None:
+            return block_id in accepted.everywhere
+        return bool(found[self._at] & self._bit)
 
     def has_tx(self, txid: bytes) -> bool:
         """Relay inventory: a tx this node has seen (it keeps no pool)."""
         known = self.known_txs
         found = known.holders.get(txid)  # known.knows(self.index, txid), inlined
-        return txid in known.everywhere if found is None else self.index in found
+        return txid in known.everywhere if found is None else bool(found[self._at] & self._bit)
 
     def get_block_raw(self, block_id: bytes) -> bytes | None:
         """Relay inventory: an accepted block's bytes."""
@@ -160,13 +166,13 @@ class RelayNode:
 
     def _missing(self, raw: bytes) -> BlockId | None:
         """The first link of the block not accepted here (None: all are)."""
-        accepted, index, genesis = self._accepted, self.index, self._genesis
+        accepted, at, bit, genesis = self._accepted, self._at, self._bit, self._genesis
         holders, everywhere = accepted.holders, accepted.everywhere
         for link in self.decoder.decode(raw).links:
             if link == genesis:
                 continue
             found = holders.get(link)  # accepted.knows(index, link), inlined
-            if (link not in everywhere) if found is None else (index not in found):
+            if (link not in everywhere) if found is None else not found[at] & bit:
                 return link
         return None
 
@@ -174,7 +180,7 @@ class RelayNode:
         """A block arrives from neighbour ``src``: accept it (and what waited for it) or wait."""
         known = self.known_blocks
         holders = known.holders.get(block_id)
-        if holders is not None and self.index in holders:
+        if holders is not None and holders[self._at] & self._bit:
             return  # already here (a copy that loses the race is dropped before it lands)
         if not known.learn(self.index, block_id):
             return
@@ -225,7 +231,7 @@ class RelayNode:
         """A tx arrives: push it on unchecked."""
         known = self.known_txs
         holders = known.holders.get(txid)
-        if holders is not None and self.index in holders:
+        if holders is not None and holders[self._at] & self._bit:
             return  # known from a block already (copies that lose the race are dropped)
         if known.learn(self.index, txid):
             self.hub.send_tx(self.index, txid, raw, src)

@@ -251,7 +251,7 @@ class SimNode:
         if found is None:
             if block_id not in self.known_blocks.everywhere:
                 return False
-        elif self.index not in found:
+        elif not found[self.index >> 3] >> (self.index & 7) & 1:
             return False
         return block_id not in self._unaccepted
 

@@ -113,7 +113,7 @@ class Simulation:
         self.late_nodes = [LateNode(i, params, self, caches, self.rows) for i in late]
         """Full nodes that join at ``network.late_join_s`` and catch up (simulator/late_node.py)."""
         self.observer = self.full_nodes[OBSERVER]
-        relay_accepted = Knowledge(scenario.nodes - full)
+        relay_accepted = Knowledge(scenario.nodes - full, full)
         genesis = self.observer.chain.genesis_id
         relay_only = [
             RelayNode(i, self, caches.decoder, relay_accepted, genesis)
@@ -506,14 +506,8 @@ class Simulation:
             pooled.update(node.mempool.txids_by_fee_rate())
         known = self.known_txs
 
-        def spread(txid: bytes) -> int:
-            holders = known.holders.get(txid)
-            if holders is None:
-                return len(self.nodes) if txid in known.everywhere else 0
-            return len(holders)
-
         metrics = compute_metrics(
-            self.recorder, self.observer.chain, self._simulated_s(), roots, pooled, spread
+            self.recorder, self.observer.chain, self._simulated_s(), roots, pooled, known.count
         )
         metrics["txs_starved"] = self.load.starved
         metrics["txs_reoffered"] = self.load.reoffered

@@ -29,6 +29,34 @@ def test_knowledge_moves_an_item_known_by_all_to_everywhere_and_back() -> None:
     assert k.known_everywhere(b"a")
 
 
+def test_knowledge_over_nodes_from_an_offset_counts_and_forgets_each() -> None:
+    """The relay-only nodes' index: ids 10 ... 19 (bitmaps from id 0). An item moves to
+    ``everywhere`` when all ten know it; forgetting there brings back exactly the other nine;
+    the last node to forget it leaves no bitmap behind."""
+    k = Knowledge(10, 10)
+    for node in range(10, 20):
+        assert k.count(b"x") == node - 10
+        assert k.learn(node, b"x")
+    assert k.known_everywhere(b"x")
+    assert k.count(b"x") == 10
+    assert not k.holders
+    assert not k.counts
+    k.forget(13, b"x")
+    assert k.count(b"x") == 9
+    assert [n for n in range(24) if k.knows(n, b"x")] == [*range(10, 13), *range(14, 20)]
+    k.forget(13, b"x")  # twice: no change
+    assert k.count(b"x") == 9
+    for node in (*range(10, 13), *range(14, 20)):
+        k.forget(node, b"x")
+    assert k.count(b"x") == 0
+    assert b"x" not in k.holders
+    assert b"x" not in k.counts
+    assert not any(k.knows(n, b"x") for n in range(24))
+    assert k.learn(19, b"x")
+    assert k.count(b"x") == 1
+    assert len(k.holders[b"x"]) == 3  # 20 ids: three bytes, not one set per item
+
+
 def _net(bandwidth: float) -> Network:
     return Network(12, 4, "uniform:0.01:0.2", bandwidth, 2.0, random.Random(5))
 
@@ -38,7 +66,9 @@ def test_fan_out_matches_per_link_arrivals_and_skips() -> None:
         fast, slow = _net(bandwidth), _net(bandwidth)
         src = 3
         links = slow.neighbours[src]
-        excluded, known = links[0].peer, {links[1].peer}
+        excluded, knowledge = links[0].peer, Knowledge(12)
+        knowledge.learn(links[1].peer, b"k")
+        known = knowledge.holders[b"k"]
         # A copy in flight to links[2] lands very early: not sent at all. The one in flight to
         # links[3] lands much later than ours: sent, and ours will be the one that counts.
         late = float("1e9")  # the event time object the engine knows this copy by

@@ -3,6 +3,7 @@
 import math
 import random
 
+from simulator.knowledge import Knowledge
 from simulator.network import Network
 
 
@@ -42,6 +43,9 @@ def test_fan_out_equals_the_walk_over_every_link_in_link_order() -> None:
             src = rng.randrange(300)
             peers = [link.peer for link in slow.neighbours[src]]
             known = {p for p in peers if rng.random() < 0.6}
+            knowledge = Knowledge(300)
+            for p in known:
+                knowledge.learn(p, b"k")
             exclude = rng.choice([*peers, -1, src])
             pending = {
                 p: now + rng.choice((0.0, 50.0, 500.0, 1e9)) for p in peers if rng.random() < 0.3
@@ -51,7 +55,8 @@ def test_fan_out_equals_the_walk_over_every_link_in_link_order() -> None:
             want = _walk_every_link(slow, src, size, now, exclude, known, want_pending)
             before = dict(pending)
             dropped: set[int] = set()
-            sends = fast.fan_out(src, size, now, exclude, known, pending, b"k", b"r", dropped)
+            bits = knowledge.holders.get(b"k")
+            sends = fast.fan_out(src, size, now, exclude, bits, pending, b"k", b"r", dropped)
             assert [(args[0], at) for at, args in sends] == want
             assert pending == want_pending
             # Exactly the copies in flight that a new one overtakes are dropped.

@@ -268,7 +268,7 @@ def _drive(
     )
     return (
         trace + [_labels(s) for s in spreads],
-        (knowledge.holders, knowledge.everywhere),
+        (knowledge.holders, knowledge.counts, knowledge.everywhere),
         snapshot,
         [x.hex() for x in model.upload_free],
         frames.exact if isinstance(frames, KFrames) else None,
@@ -480,6 +480,7 @@ def test_a_flow_simulation_is_identical_with_the_kernel(monkeypatch: pytest.Monk
                 sim.network.bytes_sent,
                 dict(sim.txflow.by_type),
                 sim.known_txs.holders,
+                sim.known_txs.counts,
                 sim.known_txs.everywhere,
             )
         )
