@@ -416,6 +416,8 @@ class Chain:
                     accepted.extend(out.accepted)
                     queue.extend(out.accepted)
                     reorgs.extend(out.reorgs)
+        if not rejected and len(accepted) == len(first.accepted):
+            return first  # no orphan released or rejected: the common case, as it stands
         return BlockOutcome(
             BlockStatus.ACCEPTED,
             first.block_id,
