@@ -168,6 +168,8 @@ class SimNode:
     """One simulated full node (index ``index``)."""
 
     __slots__ = (
+        "_at",
+        "_bit",
         "_limiter",
         "_port",
         "_unaccepted",
@@ -196,6 +198,8 @@ class SimNode:
         """``rows``: the interner that lets the nodes' stores share equal rows (one object per
         distinct key and value: the nodes of one best chain write the same rows)."""
         self.index = node_ids(index + 1)[index]
+        self._at, self._bit = index >> 3, 1 << (index & 7)
+        """This node's byte and bit in a :class:`Knowledge` bitmap."""
         self.params = params
         self.hub = hub
         self.chain = full_node_chain(params, caches, rows)
@@ -251,7 +255,7 @@ class SimNode:
         if found is None:
             if block_id not in self.known_blocks.everywhere:
                 return False
-        elif not found[self.index >> 3] >> (self.index & 7) & 1:
+        elif not found[self._at] & self._bit:
             return False
         return block_id not in self._unaccepted
 
