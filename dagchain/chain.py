@@ -314,8 +314,15 @@ class Chain:
         """Best-chain milestone ids by height, genesis first."""
         return list(self.state.best)
 
-    def has_block(self, block_id: bytes) -> bool:
-        """True if the block is accepted."""
+    def has_block(self, block_id: bytes, milestone_link: bytes | None = None) -> bool:
+        """True if the block is accepted.
+
+        ``milestone_link``: the milestone link its header names, when the caller has the block's
+        bytes (P14's stale filter): then D1's answer from memory for a recent link
+        (``ChainState.is_accepted``), without a store read for a block not accepted.
+        """
+        if milestone_link is not None:
+            return self.state.is_accepted(BlockId(block_id), BlockId(milestone_link))
         return block_id in self.state.meta
 
     def get_block(self, block_id: bytes) -> Block | None:

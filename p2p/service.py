@@ -344,7 +344,7 @@ class NodeService:
             (milestone link height, best height) if the block is to be dropped, else None.
         """
         ms_link = block_frame_milestone_link(raw)
-        if ms_link is None or self.chain.has_block(block_id):
+        if ms_link is None or self.chain.has_block(block_id, ms_link):
             return None
         snap = self.chain.get_snapshot(ms_link)
         if snap is None:  # unknown link (ORPHAN) or not a milestone (D3): the core decides

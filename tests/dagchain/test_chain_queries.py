@@ -159,3 +159,25 @@ def test_block_count_is_the_number_of_stored_blocks_after_the_window_moves() -> 
     assert node.chain.state.meta.floor > 0  # history left memory: len(meta) would scan
     assert node.chain.state.block_count == rows == 7
     assert Chain(DEVNET, node.store, memory_window=1).state.block_count == rows
+
+
+def test_has_block_given_the_milestone_link_answers_as_without_it() -> None:
+    """``has_block(id, milestone_link)`` (P14's stale filter asks it with the link read from the
+    block's bytes, to answer from memory) says what ``has_block(id)`` says: for accepted blocks
+    and milestones, for a block built but never submitted, and on a chain reopened from its
+    store, where no link is mirrored in memory and the store answers."""
+    node = Node(DEVNET)
+    _, addr = key(1)
+    reg = node.register(addr)
+    m1 = node.mine(reg.id, ms=True)
+    b2 = node.mine(m1.id)
+    m2 = node.mine(b2.id, ms=True)
+    unsent = build_block(node.chain, previous=m2.id)
+    blocks = [reg, m1, b2, m2]
+    for chain in (node.chain, Chain(node.params, node.store)):
+        for block in blocks:
+            assert chain.has_block(block.id)
+            assert chain.has_block(block.id, block.header.milestone_link)
+        assert not chain.has_block(unsent.id)
+        assert not chain.has_block(unsent.id, unsent.header.milestone_link)
+        assert not chain.has_block(bytes(32), m2.id)
