@@ -220,8 +220,11 @@ class Mempool:
             raise ValueError("mempool caps and expiry must not be negative")
         self._rate_scale = 1 << (2 * self.max_bytes.bit_length())
         self._entries: dict[TxId, MempoolEntry] = {}
-        self._order: list[MempoolEntry] = []
-        """Every entry, sorted by ``order``."""
+        self._order: list[MempoolEntry] | None = None
+        """Every entry, sorted by ``order``; built on first use (:meth:`_sorted`: a template,
+        an eviction, a listing) and kept sorted from then on. A pool nobody reads in fee order
+        (a node that does not mine, while its pool has room: most of a simulator's full nodes)
+        never pays for the sorted insert."""
         self._spenders: dict[Outpoint, TxId] = {}
         """Outpoint -> the pool tx spending it (empty with a shared index)."""
         self._shared = spenders
@@ -285,7 +288,8 @@ class Mempool:
 
     def txids_by_fee_rate(self, limit: int | None = None) -> list[TxId]:
         """Pool txids, best fee per byte first (ties: earlier arrival, then txid)."""
-        entries = self._order if limit is None else self._order[: max(0, limit)]
+        order = self._sorted()
+        entries = order if limit is None else order[: max(0, limit)]
         return [entry.tx.txid for entry in entries]
 
     # ------------------------------------------------------------------ admission
@@ -359,16 +363,26 @@ class Mempool:
         excess_bytes = self._total_bytes + size - self.max_bytes
         excess_txs = len(self._entries) + 1 - self.max_txs
         victims: list[TxId] = []
-        position = len(self._order)
+        if excess_bytes <= 0 and excess_txs <= 0:
+            return victims  # room enough: the fee order is not needed
+        order = self._sorted()
+        position = len(order)
         while excess_bytes > 0 or excess_txs > 0:
             position -= 1
-            entry = self._order[position]
+            entry = order[position]
             if -(entry.order >> _SEQ_BITS) >= rate_key:
                 raise MempoolFull("fee rate not above the lowest it would have to evict", txid)
             victims.append(entry.tx.txid)
             excess_bytes -= entry.size
             excess_txs -= 1
         return victims
+
+    def _sorted(self) -> list[MempoolEntry]:
+        """Every entry by ``order`` (best fee rate first), sorting the pool on first use."""
+        order = self._order
+        if order is None:
+            order = self._order = sorted(self._entries.values(), key=_ORDER)
+        return order
 
     def _raise_floor(self, entry: MempoolEntry) -> None:
         rate_key = self._rate_key(entry.fee, entry.size)
@@ -378,7 +392,8 @@ class Mempool:
     def _insert(self, entry: MempoolEntry) -> None:
         txid = entry.tx.txid
         self._entries[txid] = entry
-        insort(self._order, entry, key=_ORDER)
+        if self._order is not None:
+            insort(self._order, entry, key=_ORDER)
         if self._shared is None:
             spenders = self._spenders
             for outpoint in entry.tx.outpoints:
@@ -406,7 +421,7 @@ class Mempool:
             for entry in self._entries.values():
                 self._shared.discard(entry.tx)
         self._entries = {}
-        self._order = []
+        self._order = None
         self._spenders = {}
         self._total_bytes = 0
         self._next_seq = 0
@@ -464,7 +479,8 @@ class Mempool:
 
     def _remove_entry(self, txid: TxId) -> None:
         entry = self._entries.pop(txid)
-        del self._order[bisect_left(self._order, entry.order, key=_ORDER)]
+        if self._order is not None:
+            del self._order[bisect_left(self._order, entry.order, key=_ORDER)]
         if self._shared is None:
             for outpoint in entry.tx.outpoints:
                 del self._spenders[outpoint]
@@ -523,7 +539,7 @@ class Mempool:
         if bound <= 0:
             return chosen  # S1 (warm-up) or a bound no distance is below: nothing is assigned
         distance = compute_sortition_distance
-        for entry in self._order:
+        for entry in self._sorted():
             size = entry.size
             tx = entry.tx
             txid = tx.txid

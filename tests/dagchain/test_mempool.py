@@ -596,6 +596,48 @@ def test_pools_sharing_a_spender_index_answer_as_with_their_own(
     assert all(shared.candidates(coin(n)) is None for n in range(5))
 
 
+_MANY = [transfer(100 + n, outputs=1 + n % 3) for n in range(30)]
+"""Thirty txs spending distinct coins, of three sizes."""
+
+
+@given(
+    max_txs=st.integers(2, 40),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "add", "remove", "confirm", "expire"]),
+            st.integers(0, len(_MANY) - 1),
+            st.integers(1, 60),
+        ),
+        max_size=80,
+    ),
+)
+def test_a_pool_sorted_on_first_use_answers_as_one_kept_sorted(
+    max_txs: int, ops: list[tuple[str, int, int]]
+) -> None:
+    """The fee order is built when first needed (a template, an eviction, a listing): a pool
+    nobody read before gives every answer, eviction and template a pool read from the start
+    gives, whether the first read comes from a full pool's eviction or at the end."""
+    eager, lazy = Mempool(SIM, max_txs=max_txs), Mempool(SIM, max_txs=max_txs)
+    assert eager.txids_by_fee_rate() == []  # read once: kept sorted from here on
+    for kind, t, fee in ops:
+        tx = _MANY[t]
+        results = []
+        for pool in (eager, lazy):
+            if kind == "add":
+                results.append(_add_outcome(pool, tx, fee))
+            elif kind == "remove":
+                results.append(pool.remove(tx.txid))
+            elif kind == "confirm":
+                results.append(pool.remove_confirmed([tx]))
+            else:
+                results.append(pool.expire(NOW + pool.expiry_ms + fee))  # arrivals before fee
+        assert results[0] == results[1]
+        assert (len(eager), eager.total_bytes) == (len(lazy), lazy.total_bytes)
+    assert snapshot(lazy) == snapshot(eager)
+    assert open_template(lazy, max_txs=7) == open_template(eager, max_txs=7)
+    assert lazy.txids_by_fee_rate(3) == eager.txids_by_fee_rate(3)
+
+
 def test_clear_leaves_a_pool_like_a_new_one() -> None:
     """A restarted node's pool (§12: not durable): empty, numbering and floor reset."""
     pool = Mempool(SIM, max_txs=1)
