@@ -158,6 +158,11 @@ class Network:
         uplinks = self._uplinks
         self._bytes_sent = value - (0 if uplinks is None else uplinks.bytes_sent)
 
+    def charge(self, messages: int, bytes_sent: int) -> None:
+        """Count ``messages`` sent elsewhere (the tx flow's), of ``bytes_sent`` bytes in all."""
+        self._messages += messages
+        self._bytes_sent += bytes_sent
+
     @property
     def upload_free(self) -> list[float]:
         """``upload_free[v]``: when v's uplink has sent all it was given (the FIFO the block

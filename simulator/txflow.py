@@ -438,8 +438,8 @@ class FlowNode(Protocol):
 class Counters(Protocol):
     """Where the flow's messages are charged (``simulator.network.Network``)."""
 
-    messages: int
-    bytes_sent: int
+    def charge(self, messages: int, bytes_sent: int) -> None:
+        """Count ``messages`` more messages, ``bytes_sent`` more bytes."""
 
 
 @final
@@ -488,8 +488,14 @@ class TxFlow:
             self.frames = Frames()
         _log.debug("tx flow search: %s", self.kernel)
         self._prune_at = FRAMES_PRUNE_AT
-        self.by_type: Counter[str] = Counter()
+        self._by_type = [0, 0, 0]
+        """``inv``, ``getdata`` and ``tx`` messages counted so far (:attr:`by_type`)."""
+
+    @property
+    def by_type(self) -> Counter[str]:
         """Messages the flow counted, by wire type (``inv``, ``getdata``, ``tx``)."""
+        inv, getdata, tx = self._by_type
+        return Counter({"inv": inv, "getdata": getdata, "tx": tx})
 
     def on_accepted(self, node: int, txid: bytes, raw: bytes) -> None:
         """``node`` admitted the tx (offered by the wallet, or delivered by the flow)."""
@@ -562,17 +568,18 @@ class TxFlow:
         inv_frames = spread.inv_frames - before[1]
         fetches = spread.fetches - before[2]
         getdata_frames = spread.getdata_frames - before[3]
-        sizes, counters = spread.sizes, self.counters
-        counters.messages += inv_frames + getdata_frames + fetches
-        counters.bytes_sent += (
+        sizes = spread.sizes
+        self.counters.charge(
+            inv_frames + getdata_frames + fetches,
             inv_frames * sizes.inv
             + getdata_frames * sizes.getdata
             + (invs - inv_frames + fetches - getdata_frames) * ITEM_BYTES
-            + fetches * sizes.tx
+            + fetches * sizes.tx,
         )
-        self.by_type["inv"] += inv_frames
-        self.by_type["getdata"] += getdata_frames
-        self.by_type["tx"] += fetches
+        by_type = self._by_type
+        by_type[0] += inv_frames
+        by_type[1] += getdata_frames
+        by_type[2] += fetches
         if self.frames.count() > self._prune_at:
             self.frames.prune(self.engine.now_ms)
             self._prune_at = max(FRAMES_PRUNE_AT, 2 * self.frames.count())
