@@ -512,6 +512,8 @@ class Simulation:
         metrics["txs_starved"] = self.load.starved
         metrics["txs_reoffered"] = self.load.reoffered
         metrics["blocks_rejected"] = sum(n.rejected_blocks for n in self.nodes)
+        if self.txflow is not None:
+            self.txflow.settle()  # a search still running: its messages so far
         metrics["messages"] = self.network.messages
         metrics["bytes_sent"] = self.network.bytes_sent
         relay_only = len(self.nodes) - len(self.full_nodes) - len(self.late_nodes)

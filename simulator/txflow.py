@@ -442,6 +442,14 @@ class Counters(Protocol):
         """Count ``messages`` more messages, ``bytes_sent`` more bytes."""
 
 
+_NOTHING = (0, 0, 0, 0)
+"""A search's counters when it starts."""
+
+
+def _counts(spread: "Spread | KernelSpread") -> tuple[int, int, int, int]:
+    return (spread.invs, spread.inv_frames, spread.fetches, spread.getdata_frames)
+
+
 @final
 class TxFlow:
     """The simulator's ``network.tx_relay = "flow"``: one search per tx, events at full nodes.
@@ -490,6 +498,8 @@ class TxFlow:
         self._prune_at = FRAMES_PRUNE_AT
         self._by_type = [0, 0, 0]
         """``inv``, ``getdata`` and ``tx`` messages counted so far (:attr:`by_type`)."""
+        self._settled: dict[bytes, tuple[int, int, int, int]] = {}
+        """Searches still running that :meth:`settle` charged: their counters then."""
 
     @property
     def by_type(self) -> Counter[str]:
@@ -535,7 +545,6 @@ class TxFlow:
         """Run the search up to ``HORIZON_MS`` past now: then wait for the clock (a resume event
         when its next entry is due), for a full node's verdict (a delivery event), or end."""
         full, learn = self.full_nodes, self.learn
-        before = (spread.invs, spread.inv_frames, spread.fetches, spread.getdata_frames)
         until = self.engine.now_ms + HORIZON_MS
         if isinstance(spread, Spread):
 
@@ -547,9 +556,12 @@ class TxFlow:
             stop = advance(self.model, spread, gate, until)
         else:
             stop = spread.advance(full, *self._gate, txid, until)
-        self._charge(spread, before)
-        if stop is None:
+        if self.frames.count() > self._prune_at:
+            self.frames.prune(self.engine.now_ms)
+            self._prune_at = max(FRAMES_PRUNE_AT, 2 * self.frames.count())
+        if stop is None:  # its messages are charged once, when it ends (or at settle)
             del self._spreads[txid]
+            self._charge(spread, self._settled.pop(txid, _NOTHING))
             return
         node, source, at = stop
         if node < 0:  # the next entry is more than HORIZON_MS ahead: resume when it is due
@@ -561,6 +573,13 @@ class TxFlow:
         del self._resumes[txid]
         spread, raw = self._spreads[txid]
         self._advance(txid, spread, raw)
+
+    def settle(self) -> None:
+        """Charge the messages of the searches still running, up to now (the network's totals
+        then include every message the flow sent; a finished search is charged as it ends)."""
+        for txid, (spread, _) in self._spreads.items():
+            self._charge(spread, self._settled.get(txid, _NOTHING))
+            self._settled[txid] = _counts(spread)
 
     def _charge(self, spread: "Spread | KernelSpread", before: tuple[int, int, int, int]) -> None:
         """Count the messages and bytes the search sent since ``before`` (its counters then)."""
@@ -580,9 +599,6 @@ class TxFlow:
         by_type[0] += inv_frames
         by_type[1] += getdata_frames
         by_type[2] += fetches
-        if self.frames.count() > self._prune_at:
-            self.frames.prune(self.engine.now_ms)
-            self._prune_at = max(FRAMES_PRUNE_AT, 2 * self.frames.count())
 
     def _deliver(self, txid: bytes, node: int, source: int) -> None:
         spread, raw = self._spreads[txid]

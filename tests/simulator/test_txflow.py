@@ -218,6 +218,37 @@ def test_flow_runs_deterministic_and_reaches_every_full_node() -> None:
     assert runs[0]["txs_offered"] > 40
 
 
+def test_a_search_is_charged_once_and_settle_charges_the_running_ones() -> None:
+    """The flow charges a search's messages to the network as it ends; ``settle`` charges the
+    searches still running, so that the network's totals are whole at any moment: settling
+    mid-run adds their messages so far, settling again adds nothing, and the run ends with the
+    totals of a run never settled."""
+    plain = _scenario("flow")
+    plain.run()
+    sim = _scenario("flow")
+    seen: list[tuple[int, int, int]] = []
+
+    def progress(now_ms: float) -> None:
+        flow = sim.txflow
+        assert flow is not None
+        if not seen and now_ms > 4_000 and flow.spreading:
+            before = sim.network.messages
+            flow.settle()
+            settled = sim.network.messages
+            flow.settle()
+            seen.append((before, settled, sim.network.messages))
+
+    sim.run(progress=progress)
+    assert seen, "no search was running at a progress call past 4 s"
+    before, settled, again = seen[0]
+    assert settled > before
+    assert again == settled
+    assert (sim.network.messages, sim.network.bytes_sent) == (
+        plain.network.messages,
+        plain.network.bytes_sent,
+    )
+
+
 def test_flow_costs_no_event_per_tx_at_relay_only_nodes() -> None:
     """22 of the 30 nodes relay only: the flow run has far fewer events than the messages."""
     events = {mode: _scenario(mode).run().events for mode in ("messages", "flow")}
