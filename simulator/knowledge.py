@@ -13,6 +13,7 @@ The flow's C kernel (``simulator/_flow.c``, ``knowledge_learn``) runs :meth:`Kno
 on the same two dicts, step for step.
 """
 
+from collections.abc import Iterable
 from typing import final
 
 _NODE_IDS: list[int] = []
@@ -87,6 +88,30 @@ class Knowledge:
         else:
             self.counts[key] = count
         return True
+
+    def learn_each(self, node: int, keys: Iterable[bytes]) -> None:
+        """:meth:`learn` for each of ``keys`` in turn (a block's txs at a node that took it)."""
+        holders, counts, everywhere, nodes = self.holders, self.counts, self.everywhere, self._nodes
+        at, bit = node >> 3, 1 << (node & 7)
+        for key in keys:
+            found = holders.get(key)
+            if found is None:
+                if key in everywhere:
+                    continue
+                found = holders[key] = bytearray(self._width)
+                count = 1
+            else:
+                byte = found[at]
+                if byte & bit:
+                    continue
+                count = counts[key] + 1
+            found[at] |= bit
+            if count == nodes:
+                del holders[key]
+                del counts[key]
+                everywhere.add(key)
+            else:
+                counts[key] = count
 
     def forget(self, node: int, key: bytes) -> None:
         """``node`` no longer knows ``key`` (a block to retry later)."""

@@ -197,9 +197,8 @@ class RelayNode:
             return
         self._accepted.learn(self.index, block_id)
         if block_id not in self._waiting:  # nothing waited for it: the common case
-            learn_tx, index, hub = self.known_txs.learn, self.index, self.hub
-            for tx in self.decoder.decode(raw).txs:
-                learn_tx(index, tx.txid)
+            index, hub = self.index, self.hub
+            self.known_txs.learn_each(index, [tx.txid for tx in self.decoder.decode(raw).txs])
             hub.send_block(index, block_id, raw, src)
             hub.on_relayed(index, (block_id,))
             return
@@ -214,10 +213,9 @@ class RelayNode:
                 else:
                     self._waiting.setdefault(link, []).append(child)
             i += 1
-        learn_tx, index = self.known_txs.learn, self.index
+        learn_txs, index = self.known_txs.learn_each, self.index
         for bid, block_raw, _ in accepted:
-            for tx in self.decoder.decode(block_raw).txs:
-                learn_tx(index, tx.txid)
+            learn_txs(index, [tx.txid for tx in self.decoder.decode(block_raw).txs])
             self.hub.send_block(index, bid, block_raw, src if bid == block_id else -1)
         ids = tuple(bid for bid, _, _ in accepted)
         self.hub.on_relayed(index, ids)

@@ -335,7 +335,7 @@ class SimNode:
     def _after_accept(self, outcome: BlockOutcome, src: int) -> None:
         chain = self.chain
         index = self.index
-        learn_tx = self.known_txs.learn
+        learn_txs = self.known_txs.learn_each
         unaccepted = self._unaccepted
         for bid in outcome.accepted:
             self.known_blocks.learn(index, bid)
@@ -343,8 +343,8 @@ class SimNode:
             block = chain.get_block(bid)
             if block is None:  # pragma: no cover - accepted blocks are stored
                 raise RuntimeError("accepted block missing")
-            for tx in block.txs:  # §7.5 (v2): carrying a tx does not take it out of the pool
-                learn_tx(index, tx.txid)
+            # §7.5 (v2): carrying a tx does not take it out of the pool
+            learn_txs(index, [tx.txid for tx in block.txs])
             self.hub.send_block(self.index, bid, block.raw, src if bid == outcome.block_id else -1)
         self.hub.on_accepted(self, outcome)
 

@@ -57,6 +57,29 @@ def test_knowledge_over_nodes_from_an_offset_counts_and_forgets_each() -> None:
     assert len(k.holders[b"x"]) == 3  # 20 ids: three bytes, not one set per item
 
 
+def test_learn_each_is_learn_in_turn() -> None:
+    """``learn_each`` (a block's txs) leaves the index as ``learn`` one key after another,
+    through keys known everywhere, repeated keys and the last node completing a key."""
+    rng = random.Random(4)
+    one, each = Knowledge(9), Knowledge(9)
+    for _ in range(300):
+        node = rng.randrange(9)
+        keys = [bytes([rng.randrange(12)]) for _ in range(rng.randrange(6))]
+        for key in keys:
+            one.learn(node, key)
+        each.learn_each(node, keys)
+        assert (each.holders, each.counts, each.everywhere) == (
+            one.holders,
+            one.counts,
+            one.everywhere,
+        )
+        if rng.random() < 0.2:
+            key, forgetter = bytes([rng.randrange(12)]), rng.randrange(9)
+            one.forget(forgetter, key)
+            each.forget(forgetter, key)
+    assert one.everywhere, "some key reached every node"
+
+
 def _net(bandwidth: float) -> Network:
     return Network(12, 4, "uniform:0.01:0.2", bandwidth, 2.0, random.Random(5))
 
