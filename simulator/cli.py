@@ -5,8 +5,10 @@ User errors (bad flags, unknown scenario keys, missing files) exit with status 2
 
 import argparse
 import contextlib
+import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -47,6 +49,49 @@ class ProgressBar:
 
     def close(self) -> None:
         self.stream.write("\n")
+        self.stream.flush()
+
+
+PROGRESS_LOG_S = 60.0
+"""Wall seconds between two progress lines when stderr is not a terminal (a log file)."""
+
+
+class ProgressLog:
+    """Progress for a log: when stderr is not a terminal, one plain line every ``every_s`` wall
+    seconds (none in a shorter run), so that an hour-long run in ``nohup`` or a batch job says
+    how far it got: simulated time, wall time, events and peak RSS."""
+
+    def __init__(
+        self,
+        total_ms: float,
+        stream: TextIO,
+        events: Callable[[], int],
+        every_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.total_ms = total_ms
+        self.stream = stream
+        self.events = events
+        self.every_s = PROGRESS_LOG_S if every_s is None else every_s
+        self.clock = clock
+        self.started = clock()
+        self._next = self.every_s
+
+    def __call__(self, now_ms: float) -> None:
+        wall = self.clock() - self.started
+        if wall < self._next:
+            return
+        self._next = wall + self.every_s
+        if now_ms <= self.total_ms:
+            where = f"simulated {now_ms / 1000:.1f} of {self.total_ms / 1000:g} s"
+            where += f" ({100 * now_ms / self.total_ms if self.total_ms else 100:.1f} %)"
+        else:
+            where = f"draining the network at simulated {now_ms / 1000:.1f} s"
+        rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        self.stream.write(
+            f"progress: {where}, wall {wall:.0f} s, {self.events():,} events, "
+            f"peak RSS {rss_mib:,.0f} MiB\n"
+        )
         self.stream.flush()
 
 
@@ -91,8 +136,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     out = _output_dir(Path(args.out))  # before the run: a long run never ends in a failed write
     sim = Simulation(scenario)
-    bar = ProgressBar(scenario.duration_s * 1000.0, sys.stderr) if sys.stderr.isatty() else None
-    result = sim.run(progress=bar)
+    total_ms = scenario.duration_s * 1000.0
+    bar = ProgressBar(total_ms, sys.stderr) if sys.stderr.isatty() else None
+    log = None if bar is not None else ProgressLog(total_ms, sys.stderr, lambda: sim.engine.events)
+    result = sim.run(progress=bar or log)
     if bar is not None:
         bar.close()
     try:

@@ -1,12 +1,14 @@
 """A whole run through the CLI: outputs of INTERFACES.md, and byte-identical reruns."""
 
 import csv
+import io
 import json
 from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator import cli
+from simulator.cli import ProgressLog, main
 from simulator.simulation import WALL_FIELDS
 
 METRICS_KEYS = {
@@ -135,3 +137,35 @@ def test_an_unwritable_out_dir_exits_2_with_one_line(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1
     assert "cannot write" in lines[0]
+
+
+def test_a_run_logged_to_a_file_prints_a_progress_line_now_and_then(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stderr not a terminal (a log file, ``nohup``): no bar, but a plain progress line every
+    ``PROGRESS_LOG_S`` wall seconds; a run shorter than that prints none."""
+    run(tmp_path / "quiet")
+    assert "progress:" not in capsys.readouterr().err
+    monkeypatch.setattr(cli, "PROGRESS_LOG_S", 0.0)
+    run(tmp_path / "logged")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("progress:")]
+    assert len(lines) >= 2  # the engine reports every 4,096 events
+    assert "simulated " in lines[0]
+    assert " of 40 s (" in lines[0]
+    assert "events, peak RSS" in lines[0]
+    assert "\r" not in "".join(lines)
+
+
+def test_the_progress_log_spaces_its_lines_and_says_when_it_drains() -> None:
+    """One line per ``every_s`` of wall time, however often it is called; past the duration it
+    says the network is draining."""
+    ticks = iter([0.0, 10.0, 59.0, 61.0, 62.0, 125.0, 130.0, 190.0])
+    stream = io.StringIO()
+    log = ProgressLog(40_000.0, stream, lambda: 1234, every_s=60.0, clock=lambda: next(ticks))
+    for now_ms in (1_000.0, 2_000.0, 10_000.0, 20_000.0, 39_000.0, 40_500.0, 41_000.0):
+        log(now_ms)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("progress: simulated 10.0 of 40 s (25.0 %), wall 61 s, 1,234 events")
+    assert "simulated 39.0 of 40 s" in lines[1]
+    assert lines[2].startswith("progress: draining the network at simulated 41.0 s, wall 190 s")
