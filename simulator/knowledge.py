@@ -64,7 +64,7 @@ class Knowledge:
         found = self.holders.get(key)
         if found is None:
             return key in self.everywhere
-        return bool(found[node >> 3] >> (node & 7) & 1)
+        return has_bit(found, node)
 
     def learn(self, node: int, key: bytes) -> bool:
         """Record that ``node`` knows ``key``; False if it already did."""
