@@ -279,11 +279,25 @@ class Mempool:
 
     def conflicts_with(self, outpoints: Iterable[Outpoint]) -> TxId | None:
         """The pool tx spending the first of ``outpoints`` that a pool tx spends, if any."""
-        find = self._spenders.get if self._shared is None else self.spender_of
-        for outpoint in outpoints:
-            spender = find(outpoint)
-            if spender is not None:
-                return spender
+        if self._shared is None:
+            find = self._spenders.get
+            for outpoint in outpoints:
+                spender = find(outpoint)
+                if spender is not None:
+                    return spender
+            return None
+        candidates, entries = self._shared.candidates, self._entries
+        for outpoint in outpoints:  # spender_of, inlined: most outpoints have no candidate
+            found = candidates(outpoint)
+            if found is None:
+                continue
+            if type(found) is not list:
+                if found in entries:
+                    return found
+                continue
+            for txid in found:
+                if txid in entries:
+                    return txid
         return None
 
     def txids_by_fee_rate(self, limit: int | None = None) -> list[TxId]:

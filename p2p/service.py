@@ -404,7 +404,7 @@ class NodeService:
         if tx.txid in pool:
             raise MempoolDuplicate("transaction already in the mempool", tx.txid)
         # A pool conflict is cheaper to find than a signature check (§7.5 order).
-        spender = pool.conflicts_with((i.txid, i.out_index) for i in tx.inputs)
+        spender = pool.conflicts_with(tx.outpoints)
         if spender is not None and all(self.chain.get_utxo(i.txid, i.out_index) for i in tx.inputs):
             raise MempoolConflict(
                 f"an input is already spent by mempool tx {spender.hex()}", tx.txid, spender
