@@ -33,6 +33,7 @@ from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import final
 
 from dagchain.mempool import Mempool
@@ -131,6 +132,9 @@ class _LevelSetRecord:
     blocks: int
 
 
+_APPLIED_MS = attrgetter("applied_ms")
+
+
 @final
 class FeeEstimator:
     """Fee statistics of the last ``window`` level sets of one node (module docstring).
@@ -174,14 +178,8 @@ class FeeEstimator:
             if len(records) < self.window:
                 return min(self._start[0], records[0].height - 1) if records else self._start[0]
             return records[0].height - 1
-        low, high = 0, len(records) - 1
-        while low < high:
-            mid = (low + high + 1) // 2
-            if records[mid].applied_ms <= arrival_ms:
-                low = mid
-            else:
-                high = mid - 1
-        return records[low].height
+        # the last record applied at or before arrival_ms (records are in applied order)
+        return records[bisect_right(records, arrival_ms, key=_APPLIED_MS) - 1].height
 
     def on_level_set(
         self, height: int, now_ms: int, confirmed: Iterable[ConfirmedTx], blocks: int

@@ -190,6 +190,27 @@ def test_seen_height_maps_arrival_times_to_the_best_height_then() -> None:
     assert est.seen_height(5 * MS) == 10  # before the first level set: the start height
 
 
+@given(
+    gaps=st.lists(st.integers(0, 3), min_size=1, max_size=30),
+    arrivals=st.lists(st.integers(0, 100), min_size=1, max_size=20),
+)
+def test_seen_height_is_the_last_level_set_applied_by_then(
+    gaps: list[int], arrivals: list[int]
+) -> None:
+    """Level sets applied at non-decreasing times, several at the same instant: a tx arriving
+    at t was seen at the height of the last one applied at or before t."""
+    est = FeeEstimator(SIM, best_height=0, now_ms=0)
+    applied, now = [], 1
+    for height, gap in enumerate(gaps, start=1):
+        now += gap
+        est.on_level_set(height, now, [], blocks=1)
+        applied.append((now, height))
+    for t in arrivals:
+        before = [height for at, height in applied if at <= t]
+        if before:
+            assert est.seen_height(t) == before[-1]
+
+
 @given(rate=st.integers(0, 10**9), size=st.integers(1, 16_384))
 def test_fee_for_pays_at_least_the_rate(rate: int, size: int) -> None:
     fee = fee_for(rate, size)
