@@ -429,6 +429,20 @@ class Mempool:
         self._after_shrink()
         return True
 
+    def remove_where(self, doomed: Callable[[Transaction], bool]) -> list[Transaction]:
+        """Drop every pool tx for which ``doomed`` holds; returns them best fee rate first.
+
+        The pool is left as removing them one by one in the order of :meth:`txids_by_fee_rate`
+        would leave it. Only the dropped txs are sorted: a pool that nobody reads in fee order
+        stays unsorted.
+        """
+        gone = sorted((entry for entry in self._entries.values() if doomed(entry.tx)), key=_ORDER)
+        for entry in gone:
+            self._remove_entry(entry.tx.txid)
+        if gone:
+            self._after_shrink()
+        return [entry.tx for entry in gone]
+
     def clear(self) -> None:
         """Drop every tx and start afresh, as a new pool (a restarted process: §12 keeps none)."""
         if self._shared is not None:

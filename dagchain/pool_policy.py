@@ -158,13 +158,12 @@ def follow_reorg(
 
 
 def _drop_unspendable(chain: Chain, mempool: Mempool) -> list[Transaction]:
-    """After an undo, drop pool txs whose inputs left the best chain's UTXO set; returns them."""
-    dropped = []
-    for txid in mempool.txids_by_fee_rate():
-        entry = mempool.get(txid)
-        if entry is None:
-            continue
-        if any(chain.get_utxo(i.txid, i.out_index) is None for i in entry.tx.inputs):
-            mempool.remove(txid)
-            dropped.append(entry.tx)
-    return dropped
+    """After an undo, drop pool txs whose inputs left the best chain's UTXO set.
+
+    Returns them best fee rate first.
+    """
+
+    def unspendable(tx: Transaction) -> bool:
+        return any(chain.get_utxo(i.txid, i.out_index) is None for i in tx.inputs)
+
+    return mempool.remove_where(unspendable)

@@ -638,6 +638,42 @@ def test_a_pool_sorted_on_first_use_answers_as_one_kept_sorted(
     assert lazy.txids_by_fee_rate(3) == eager.txids_by_fee_rate(3)
 
 
+@given(
+    fees=st.lists(st.integers(1, 60), min_size=0, max_size=30),
+    doomed=st.sets(st.integers(0, len(_MANY) - 1)),
+    sorted_first=st.booleans(),
+)
+def test_remove_where_drops_as_removing_one_by_one_in_fee_order(
+    fees: list[int], doomed: set[int], sorted_first: bool
+) -> None:
+    """After an undo the node drops the pool txs whose inputs left the UTXO set
+    (``pool_policy.follow_reorg``): ``remove_where`` returns them best fee rate first and
+    leaves the pool as removing them one by one in that order leaves it (answers, templates,
+    the eviction floor), whether or not the pool was read in fee order before; the rest of
+    the pool is not sorted for it."""
+    plain, batch = Mempool(SIM, max_txs=12), Mempool(SIM, max_txs=12)
+    if sorted_first:
+        assert plain.txids_by_fee_rate() == batch.txids_by_fee_rate() == []
+    for n, fee in enumerate(fees):
+        assert _add_outcome(plain, _MANY[n], fee) == _add_outcome(batch, _MANY[n], fee)
+    doomed_ids = {_MANY[n].txid for n in doomed}
+    expected = [t for t in plain.txids_by_fee_rate() if t in doomed_ids]
+    for txid in expected:
+        assert plain.remove(txid)
+    got = batch.remove_where(lambda tx: tx.txid in doomed_ids)
+    assert [tx.txid for tx in got] == expected
+    if not sorted_first and len(fees) <= 12:  # nothing read the order (no eviction either)
+        assert batch._order is None
+    assert snapshot(batch) == snapshot(plain)
+    assert (len(batch), batch.total_bytes) == (len(plain), plain.total_bytes)
+    assert batch.min_fee_rate == plain.min_fee_rate
+    assert all(
+        batch.spender_of(coin(100 + n)) == plain.spender_of(coin(100 + n)) for n in range(30)
+    )
+    assert open_template(batch, max_txs=7) == open_template(plain, max_txs=7)
+    assert batch.remove_where(lambda tx: tx.txid in doomed_ids) == []
+
+
 def test_clear_leaves_a_pool_like_a_new_one() -> None:
     """A restarted node's pool (§12: not durable): empty, numbering and floor reset."""
     pool = Mempool(SIM, max_txs=1)
