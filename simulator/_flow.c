@@ -1256,6 +1256,40 @@ static int gate_verdict(Gate *g, PyObject *node, int32_t v) {
     }
 }
 
+/* Fill the gate's Knowledge fields from `knowledge` (new references; the caller releases
+ * them, also on failure). */
+static int gate_of_knowledge(Gate *g, PyObject *knowledge) {
+    g->holders = PyObject_GetAttr(knowledge, str_holders);
+    g->counts = PyObject_GetAttr(knowledge, str_counts);
+    g->everywhere = PyObject_GetAttr(knowledge, str_everywhere);
+    PyObject *nodes = PyObject_GetAttr(knowledge, str_nodes);
+    if (nodes != NULL) {
+        g->nodes = PyLong_AsSsize_t(nodes);
+        Py_DECREF(nodes);
+    }
+    PyObject *width = PyObject_GetAttr(knowledge, str_width);
+    if (width != NULL) {
+        g->width = PyLong_AsSsize_t(width);
+        Py_DECREF(width);
+    }
+    if (g->holders == NULL || g->counts == NULL || g->everywhere == NULL || nodes == NULL ||
+        width == NULL || PyErr_Occurred())
+        return -1;
+    if (!PyDict_Check(g->holders) || !PyDict_Check(g->counts) ||
+        !PyAnySet_Check(g->everywhere)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "knowledge needs dicts holders and counts, a set everywhere");
+        return -1;
+    }
+    return 0;
+}
+
+static void gate_release(Gate *g) {
+    Py_CLEAR(g->holders);
+    Py_CLEAR(g->counts);
+    Py_CLEAR(g->everywhere);
+}
+
 static PyObject *spread_accept(Spread *s, PyObject *args) {
     long long node;
     double at;
@@ -1274,28 +1308,7 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     if (g.how == HOW_KNOWLEDGE) {
-        g.holders = PyObject_GetAttr(g.arg, str_holders);
-        g.counts = PyObject_GetAttr(g.arg, str_counts);
-        g.everywhere = PyObject_GetAttr(g.arg, str_everywhere);
-        PyObject *nodes = PyObject_GetAttr(g.arg, str_nodes);
-        if (nodes != NULL) {
-            g.nodes = PyLong_AsSsize_t(nodes);
-            Py_DECREF(nodes);
-        }
-        PyObject *width = PyObject_GetAttr(g.arg, str_width);
-        if (width != NULL) {
-            g.width = PyLong_AsSsize_t(width);
-            Py_DECREF(width);
-        }
-        if (g.holders == NULL || g.counts == NULL || g.everywhere == NULL || nodes == NULL ||
-            width == NULL || PyErr_Occurred())
-            goto done;
-        if (!PyDict_Check(g.holders) || !PyDict_Check(g.counts) ||
-            !PyAnySet_Check(g.everywhere)) {
-            PyErr_SetString(PyExc_TypeError,
-                            "knowledge needs dicts holders and counts, a set everywhere");
-            goto done;
-        }
+        if (gate_of_knowledge(&g, g.arg) < 0) goto done;
     } else if (g.how < HOW_GATE || g.how > HOW_KNOWLEDGE) {
         PyErr_Format(PyExc_ValueError, "bad gate kind %d", g.how);
         return NULL;
@@ -1340,9 +1353,7 @@ static PyObject *spread_advance(Spread *s, PyObject *args) {
     result = Py_None;
     Py_INCREF(result);
 done:
-    Py_XDECREF(g.holders);
-    Py_XDECREF(g.counts);
-    Py_XDECREF(g.everywhere);
+    gate_release(&g);
     return result;
 }
 
@@ -1454,9 +1465,43 @@ static PyTypeObject SpreadType = {
 
 /* ----------------------------------------------------------------------------------- module */
 
+/* Knowledge.learn_each(node, keys): Knowledge.learn(node, key) for each key in turn. */
+static PyObject *learn_each(PyObject *unused, PyObject *args) {
+    PyObject *knowledge, *keys;
+    long long node;
+    if (!PyArg_ParseTuple(args, "OLO", &knowledge, &node, &keys)) return NULL;
+    if (node < 0 || node > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "node %lld past the knowledge's bitmaps", node);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(keys, "keys must be a sequence");
+    if (seq == NULL) return NULL;
+    Gate g = {0};
+    PyObject *result = NULL;
+    if (gate_of_knowledge(&g, knowledge) < 0) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        g.key = items[i];
+        if (knowledge_learn(&g, (int32_t)node) < 0) goto done;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    gate_release(&g);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"learn_each", learn_each, METH_VARARGS,
+     "learn_each(knowledge, node, keys): Knowledge.learn(node, key) for each key in turn."},
+    {NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "simulator._flow",
-    "The tx flow's earliest-arrival search (simulator/txflow.py) compiled.", -1, NULL,
+    "The tx flow's earliest-arrival search (simulator/txflow.py) compiled.", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__flow(void) {

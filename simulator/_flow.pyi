@@ -1,6 +1,8 @@
 from collections.abc import Callable, Sequence
 from typing import Protocol, final
 
+from simulator.knowledge import Knowledge
+
 class _Sizes(Protocol):
     @property
     def inv(self) -> int: ...
@@ -80,3 +82,6 @@ class Spread:
         until_ms: float = ...,
         /,
     ) -> tuple[int, int, float] | None: ...
+
+def learn_each(knowledge: Knowledge, node: int, keys: Sequence[bytes], /) -> None:
+    """Knowledge.learn(node, key) for each key in turn (simulator.knowledge)."""

@@ -13,8 +13,21 @@ The flow's C kernel (``simulator/_flow.c``, ``knowledge_learn``) runs :meth:`Kno
 on the same two dicts, step for step.
 """
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Sequence
 from typing import final
+
+_LearnEach = Callable[["Knowledge", int, Sequence[bytes]], None]
+_compiled_learn_each: _LearnEach | None
+try:
+    from simulator._flow import learn_each as _compiled_learn_each
+except ImportError:  # pragma: no cover - built wherever a C compiler was at install time
+    _compiled_learn_each = None
+if os.environ.get("DAGCHAIN_FLOW_KERNEL", "c") == "python":
+    _compiled_learn_each = None
+COMPILED_LEARN_EACH: bool = _compiled_learn_each is not None
+"""Whether :meth:`Knowledge.learn_each` runs compiled (simulator/_flow.c, as the flow's kernel:
+``DAGCHAIN_FLOW_KERNEL=python`` turns both off)."""
 
 _NODE_IDS: list[int] = []
 
@@ -89,8 +102,16 @@ class Knowledge:
             self.counts[key] = count
         return True
 
-    def learn_each(self, node: int, keys: Iterable[bytes]) -> None:
-        """:meth:`learn` for each of ``keys`` in turn (a block's txs at a node that took it)."""
+    def learn_each(self, node: int, keys: Sequence[bytes]) -> None:
+        """:meth:`learn` for each of ``keys`` in turn (a block's txs at a node that took it);
+        compiled when built (:data:`COMPILED_LEARN_EACH`), else :meth:`learn_each_python`."""
+        if _compiled_learn_each is not None:
+            _compiled_learn_each(self, node, keys)
+        else:
+            self.learn_each_python(node, keys)
+
+    def learn_each_python(self, node: int, keys: Sequence[bytes]) -> None:
+        """:meth:`learn_each` in Python (the compiled one does the same steps)."""
         holders, counts, everywhere, nodes = self.holders, self.counts, self.everywhere, self._nodes
         at, bit = node >> 3, 1 << (node & 7)
         for key in keys:

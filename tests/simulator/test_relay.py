@@ -3,7 +3,9 @@
 import math
 import random
 
-from simulator.knowledge import Knowledge
+import pytest
+
+from simulator.knowledge import COMPILED_LEARN_EACH, Knowledge
 from simulator.network import Network
 
 
@@ -57,24 +59,30 @@ def test_knowledge_over_nodes_from_an_offset_counts_and_forgets_each() -> None:
     assert len(k.holders[b"x"]) == 3  # 20 ids: three bytes, not one set per item
 
 
-def test_learn_each_is_learn_in_turn() -> None:
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "compiled"])
+@pytest.mark.parametrize("first", [0, 5])
+def test_learn_each_is_learn_in_turn(compiled: bool, first: int) -> None:
     """``learn_each`` (a block's txs) leaves the index as ``learn`` one key after another,
-    through keys known everywhere, repeated keys and the last node completing a key."""
+    through keys known everywhere, repeated keys and the last node completing a key, in
+    Python and compiled (simulator/_flow.c), over node ids from 0 or after the full nodes'."""
+    if compiled and not COMPILED_LEARN_EACH:
+        pytest.skip("simulator._flow not built, or DAGCHAIN_FLOW_KERNEL=python")
     rng = random.Random(4)
-    one, each = Knowledge(9), Knowledge(9)
+    one, each = Knowledge(9, first), Knowledge(9, first)
+    learn_each = each.learn_each if compiled else each.learn_each_python
     for _ in range(300):
-        node = rng.randrange(9)
+        node = first + rng.randrange(9)
         keys = [bytes([rng.randrange(12)]) for _ in range(rng.randrange(6))]
         for key in keys:
             one.learn(node, key)
-        each.learn_each(node, keys)
+        learn_each(node, keys)
         assert (each.holders, each.counts, each.everywhere) == (
             one.holders,
             one.counts,
             one.everywhere,
         )
         if rng.random() < 0.2:
-            key, forgetter = bytes([rng.randrange(12)]), rng.randrange(9)
+            key, forgetter = bytes([rng.randrange(12)]), first + rng.randrange(9)
             one.forget(forgetter, key)
             each.forget(forgetter, key)
     assert one.everywhere, "some key reached every node"
