@@ -34,7 +34,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import final
+from typing import Protocol, final
 
 from dagchain.mempool import Mempool
 from dagchain.params import ConsensusParams
@@ -49,6 +49,7 @@ __all__ = [
     "ConfirmedTx",
     "FeeEstimate",
     "FeeEstimator",
+    "FeeSample",
     "fee_for",
     "rate_of",
 ]
@@ -90,6 +91,22 @@ def fee_for(rate: int, size: int) -> int:
 
 def _bucket(rate: int) -> int:
     return bisect_right(_BOUNDS, rate) - 1
+
+
+class FeeSample(Protocol):
+    """What the estimator reads of a confirmed pool tx.
+
+    A :class:`ConfirmedTx`, or the pool's own ``MempoolEntry`` (the node passes its entries).
+    """
+
+    @property
+    def fee(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def arrival_ms(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +199,7 @@ class FeeEstimator:
         return records[bisect_right(records, arrival_ms, key=_APPLIED_MS) - 1].height
 
     def on_level_set(
-        self, height: int, now_ms: int, confirmed: Iterable[ConfirmedTx], blocks: int
+        self, height: int, now_ms: int, confirmed: Iterable[FeeSample], blocks: int
     ) -> None:
         """Record a level set applied to the best chain at ``now_ms``.
 

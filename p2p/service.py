@@ -23,9 +23,15 @@ from dagchain.errors import (
     NotYetValid,
     Reason,
 )
-from dagchain.fees import ConfirmedTx, FeeEstimate, FeeEstimator
+from dagchain.fees import FeeEstimate, FeeEstimator
 from dagchain.ledger import LevelSetDelta
-from dagchain.mempool import Mempool, MempoolConflict, MempoolDuplicate, MempoolError
+from dagchain.mempool import (
+    Mempool,
+    MempoolConflict,
+    MempoolDuplicate,
+    MempoolEntry,
+    MempoolError,
+)
 from dagchain.params import ConsensusParams
 from dagchain.pool_policy import WaitingTxs, follow_reorg
 from dagchain.rules import is_stale_relay
@@ -294,12 +300,15 @@ class NodeService:
                 self._emit(self._milestone_event(delta))
 
     def _record_fees(self, delta: LevelSetDelta, now: int) -> None:
-        """Tell the fee estimator which pool txs this level set made VALID, and when."""
-        confirmed: list[ConfirmedTx] = []
+        """Tell the fee estimator which pool txs this level set made VALID, and when (their
+        pool entries, as the pool has them)."""
+        get = self.mempool.get
+        confirmed: list[MempoolEntry] = []
         for tx, reason in self.chain.level_set_txs(delta):
-            entry = self.mempool.get(tx.txid) if reason == Reason.VALID else None
-            if entry is not None:
-                confirmed.append(ConfirmedTx(entry.fee, entry.size, entry.arrival_ms))
+            if reason == Reason.VALID:
+                entry = get(tx.txid)
+                if entry is not None:
+                    confirmed.append(entry)
         self.fees.on_level_set(delta.height, now, confirmed, len(delta.order))
 
     def fee_estimate(self) -> FeeEstimate:
