@@ -184,7 +184,7 @@ def _drive(
     preknown: dict[bytes, set[int]],
     prune_every: int,
     horizon: float = math.inf,
-) -> tuple[list[tuple[object, ...]], object, tuple[object, object], list[str], bool | None]:
+) -> tuple[list[tuple[object, ...]], object, tuple[object, object], list[str], bool | None, bool]:
     """Several txs spread interleaved, as TxFlow runs them: each stops at full nodes, whose
     verdict (``refused``) is given at the next round, or pauses before an entry after round
     times ``horizon`` ms (it goes on at the next round); relay-only nodes learn through a
@@ -212,6 +212,7 @@ def _drive(
     live = list(range(len(plan)))
     rounds = 0
     trace: list[tuple[object, ...]] = []
+    got_exact = [False]  # the kernel's getdata frames answered from their set at some point
     while live:
         rounds += 1
         for i in list(live):
@@ -247,7 +248,9 @@ def _drive(
                 assert stop[:2] == (-1, -1)
                 assert stop[2] > until
             stops[i] = stop
-            trace.append((i, stop, spread.invs, spread.inv_frames))
+            if isinstance(frames, KFrames) and frames.getdata_exact:
+                got_exact[0] = True
+            trace.append((i, stop, spread.invs, spread.inv_frames, spread.getdata_frames))
             if stop is None:
                 live.remove(i)
         if rounds % prune_every == 0:  # forget frames some searches may still add to
@@ -272,6 +275,7 @@ def _drive(
         snapshot,
         [x.hex() for x in model.upload_free],
         frames.exact if isinstance(frames, KFrames) else None,
+        got_exact[0],
     )
 
 
@@ -355,6 +359,7 @@ def test_interleaved_txs_share_frames_identically(
     assert c[3] == py[3]
     assert (py[3] != idle) == (not ties)  # the finite rates booked the queue
     assert c[4] is True  # searches out of step: ticks went back, the exact sets answered
+    assert c[5] is True  # and getdata ticks went back: the getdata set answered
 
 
 @pytest.mark.parametrize(("n", "seed", "ties"), [(60, 4, False), (60, 5, True), (300, 6, False)])
