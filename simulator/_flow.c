@@ -1532,7 +1532,43 @@ done:
     return result;
 }
 
+/* bit_of(holders, everywhere, at, bit, key): Knowledge.knows(node, key) with node's byte `at`
+ * and bit `bit` given (a relay-only node's has_tx, bound once with functools.partial). */
+static PyObject *bit_of(PyObject *unused, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "bit_of takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *holders = args[0], *everywhere = args[1], *key = args[4];
+    if (!PyDict_Check(holders) || !PyAnySet_Check(everywhere)) {
+        PyErr_SetString(PyExc_TypeError, "bit_of needs a dict of bitmaps and a set");
+        return NULL;
+    }
+    Py_ssize_t at = PyLong_AsSsize_t(args[2]);
+    if (at == -1 && PyErr_Occurred()) return NULL;
+    long bit = PyLong_AsLong(args[3]);
+    if (bit == -1 && PyErr_Occurred()) return NULL;
+    PyObject *found = PyDict_GetItemWithError(holders, key); /* borrowed */
+    if (found == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        int c = PySet_Contains(everywhere, key);
+        if (c < 0) return NULL;
+        return PyBool_FromLong(c);
+    }
+    if (!PyByteArray_CheckExact(found)) {
+        PyErr_SetString(PyExc_TypeError, "knowledge holders must be bitmaps");
+        return NULL;
+    }
+    if (at < 0 || at >= PyByteArray_GET_SIZE(found)) {
+        PyErr_SetString(PyExc_IndexError, "bytearray index out of range");
+        return NULL;
+    }
+    return PyBool_FromLong(PyByteArray_AS_STRING(found)[at] & bit);
+}
+
 static PyMethodDef module_methods[] = {
+    {"bit_of", (PyCFunction)(void (*)(void))bit_of, METH_FASTCALL,
+     "bit_of(holders, everywhere, at, bit, key): Knowledge.knows for the node of byte at, bit."},
     {"learn_each", learn_each, METH_VARARGS,
      "learn_each(knowledge, node, keys): Knowledge.learn(node, key) for each key in turn."},
     {NULL},

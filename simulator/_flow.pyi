@@ -87,3 +87,8 @@ class Spread:
 
 def learn_each(knowledge: Knowledge, node: int, keys: Sequence[bytes], /) -> None:
     """Knowledge.learn(node, key) for each key in turn (simulator.knowledge)."""
+
+def bit_of(
+    holders: dict[bytes, bytearray], everywhere: set[bytes], at: int, bit: int, key: bytes, /
+) -> bool:
+    """Knowledge.knows(node, key) for the node of byte ``at`` and bit ``bit``."""

@@ -15,19 +15,23 @@ on the same two dicts, step for step.
 
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import final
 
 _LearnEach = Callable[["Knowledge", int, Sequence[bytes]], None]
+_BitOf = Callable[[dict[bytes, bytearray], set[bytes], int, int, bytes], bool]
 _compiled_learn_each: _LearnEach | None
+_compiled_bit_of: _BitOf | None
 try:
+    from simulator._flow import bit_of as _compiled_bit_of
     from simulator._flow import learn_each as _compiled_learn_each
 except ImportError:  # pragma: no cover - built wherever a C compiler was at install time
-    _compiled_learn_each = None
+    _compiled_learn_each = _compiled_bit_of = None
 if os.environ.get("DAGCHAIN_FLOW_KERNEL", "c") == "python":
-    _compiled_learn_each = None
+    _compiled_learn_each = _compiled_bit_of = None
 COMPILED_LEARN_EACH: bool = _compiled_learn_each is not None
-"""Whether :meth:`Knowledge.learn_each` runs compiled (simulator/_flow.c, as the flow's kernel:
-``DAGCHAIN_FLOW_KERNEL=python`` turns both off)."""
+"""Whether :meth:`Knowledge.learn_each` and :meth:`Knowledge.knows_at`'s function run compiled
+(simulator/_flow.c, as the flow's kernel: ``DAGCHAIN_FLOW_KERNEL=python`` turns all off)."""
 
 _NODE_IDS: list[int] = []
 
@@ -78,6 +82,20 @@ class Knowledge:
         if found is None:
             return key in self.everywhere
         return has_bit(found, node)
+
+    def knows_at(self, node: int, compiled: bool = True) -> Callable[[bytes], bool]:
+        """``key -> knows(node, key)`` for one node, bound once (a relay-only node's ``has_tx``,
+        asked for every item of every ``inv``): compiled when built, unless ``compiled`` is
+        False."""
+        holders, everywhere, at, bit = self.holders, self.everywhere, node >> 3, 1 << (node & 7)
+        if compiled and _compiled_bit_of is not None:
+            return partial(_compiled_bit_of, holders, everywhere, at, bit)
+
+        def knows(key: bytes) -> bool:
+            found = holders.get(key)
+            return key in everywhere if found is None else bool(found[at] & bit)
+
+        return knows
 
     def learn(self, node: int, key: bytes) -> bool:
         """Record that ``node`` knows ``key``; False if it already did."""

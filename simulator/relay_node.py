@@ -30,6 +30,7 @@ anything that depends on a node judging blocks or txs, and say so with the resul
 (``metrics.json`` then carries ``relay_only_nodes``).
 """
 
+from collections.abc import Callable
 from typing import final
 
 from dagchain.caches import DecodeCache
@@ -52,6 +53,7 @@ class RelayNode:
         "_port",
         "_waiting",
         "decoder",
+        "has_tx",
         "hub",
         "index",
         "known_blocks",
@@ -77,6 +79,8 @@ class RelayNode:
         self.decoder = decoder
         self.known_blocks = hub.known_blocks
         self.known_txs = hub.known_txs
+        self.has_tx: Callable[[bytes], bool] = self.known_txs.knows_at(self.index)
+        """Relay inventory: whether this node has seen a tx (it keeps no pool); compiled."""
         self._accepted = accepted
         """Shared by the relay-only nodes: which of them accepted which block."""
         self._genesis = genesis_id
@@ -145,12 +149,6 @@ class RelayNode:
         if found is None:
             return block_id in accepted.everywhere
         return bool(found[self._at] & self._bit)
-
-    def has_tx(self, txid: bytes) -> bool:
-        """Relay inventory: a tx this node has seen (it keeps no pool)."""
-        known = self.known_txs
-        found = known.holders.get(txid)  # known.knows(self.index, txid), inlined
-        return txid in known.everywhere if found is None else bool(found[self._at] & self._bit)
 
     def get_block_raw(self, block_id: bytes) -> bytes | None:
         """Relay inventory: an accepted block's bytes."""

@@ -88,6 +88,30 @@ def test_learn_each_is_learn_in_turn(compiled: bool, first: int) -> None:
     assert one.everywhere, "some key reached every node"
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "compiled"])
+def test_knows_at_answers_as_knows_through_learning_and_forgetting(compiled: bool) -> None:
+    """A relay-only node's ``has_tx`` (``Knowledge.knows_at``, bound once) answers as
+    ``knows`` while keys spread, reach every node (``everywhere``) and are forgotten again."""
+    if compiled and not COMPILED_LEARN_EACH:
+        pytest.skip("simulator._flow not built, or DAGCHAIN_FLOW_KERNEL=python")
+    rng = random.Random(7)
+    k = Knowledge(11, 3)
+    bound = {node: k.knows_at(node, compiled) for node in range(3, 14)}
+    keys = [bytes([n]) for n in range(8)]
+    seen_everywhere = False
+    for _ in range(400):
+        node, key = rng.randrange(3, 14), rng.choice(keys)
+        if rng.random() < 0.8:
+            k.learn(node, key)
+        else:
+            k.forget(node, key)
+        seen_everywhere = seen_everywhere or bool(k.everywhere)
+        for n, knows in bound.items():
+            for x in keys:
+                assert knows(x) is k.knows(n, x)
+    assert seen_everywhere
+
+
 def _net(bandwidth: float) -> Network:
     return Network(12, 4, "uniform:0.01:0.2", bandwidth, 2.0, random.Random(5))
 
