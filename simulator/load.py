@@ -3,8 +3,10 @@
 The wallet owns the sim genesis faucet outputs (§10: the public key 1) and watches one node's best
 chain (the observer). Each tx spends one confirmed output it has not spent yet and pays the same
 key again in ``n`` outputs (n from ``load.tx_bytes``; at least 2, so the set of spendable outputs
-grows); the first txs fan each faucet output out into 64. A tx enters the network at a uniformly
-chosen node. When no confirmed output is free, the arrival is skipped and counted as starved.
+grows); the first txs fan each faucet output out into 64, unless the run is prefunded
+(``load.prefunded_outputs``: the genesis holds that many faucet outputs and no tx fans out). A tx
+enters the network at a uniformly chosen node. When no confirmed output is free, the arrival is
+skipped and counted as starved.
 
 The entry node admits the tx as ``POST /v1/txs`` would. One that refuses it because its own best
 chain does not hold the spent output yet (409 ``missing-input``: it lags the observer) is offered
@@ -72,6 +74,8 @@ class TxLoad:
         engine: Engine,
         rng: random.Random,
         sink: TxSink,
+        *,
+        fan_out: bool = True,
     ) -> None:
         self.rate_per_ms = tps / 1000.0
         self.outputs = max(2, round((tx_bytes - TX_BASE_BYTES) / TX_OUTPUT_BYTES))
@@ -83,6 +87,9 @@ class TxLoad:
         self.sink = sink
         gid = observer.chain.genesis_id
         self.spendable: list[Outpoint] = [(gid, i) for i in range(params.faucet_outputs)]
+        self.fan_out = FAN_OUT if fan_out else self.outputs
+        """Outputs of a tx spending a genesis output: FAN_OUT from PROTOCOL.md §10's 64 faucet
+        UTXOs; a prefunded genesis (``fan_out=False``) needs none."""
         self.used: set[Outpoint] = set()
         self.offered = 0
         self.starved = 0
@@ -129,7 +136,7 @@ class TxLoad:
             return
         op, amount = found
         fee = self.rng.randrange(MIN_FEE, MAX_FEE)
-        n = FAN_OUT if op[0] == self.observer.chain.genesis_id else self.outputs
+        n = self.fan_out if op[0] == self.observer.chain.genesis_id else self.outputs
         if amount - fee < n:
             return
         each = (amount - fee) // n

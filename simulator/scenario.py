@@ -120,6 +120,12 @@ class MinersConfig(_Table):
 class LoadConfig(_Table):
     tps: float = Field(default=0.0, ge=0)
     tx_bytes: int = Field(default=250, ge=150)
+    prefunded_outputs: int = Field(default=0, ge=0, le=1 << 22)
+    """0: the sim genesis holds PROTOCOL.md §10's 64 faucet UTXOs and the wallet's first txs fan
+    each out into 64. N > 0: it holds N faucet UTXOs instead (a simulator-only departure from
+    §10, docs/protocol.md decision 43) and every tx is a plain payment from the start, so a
+    wallet that spends only confirmed outputs is not starved while it has prefunded ones left:
+    ``tps * duration_s`` of them and ``txs_starved`` is 0 whatever the confirmations do."""
 
 
 class AttackConfig(_Table):
@@ -236,6 +242,7 @@ class Scenario(_Table):
             sortition_enabled=sortition,
             punctuality=self.chain.punctuality,
             max_tip_links=self.chain.max_tip_links,
+            faucet_outputs=self.load.prefunded_outputs or SIM.faucet_outputs,
         )
 
     def manifest_dict(self) -> dict[str, Any]:

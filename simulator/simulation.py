@@ -188,6 +188,7 @@ class Simulation:
             self.engine,
             self.streams.stream("txs"),
             self.recorder,
+            fan_out=not scenario.load.prefunded_outputs,
         )
 
     def _tx_flow(self, full: int) -> TxFlow:
