@@ -147,6 +147,10 @@ class SharedResults:
     - ``utxo_set``: the UTXO set of a best chain whose head is M, key M (the ledger L(M) is a
       pure function of M, as for ``tx_verdict``), held weakly: a set lives while some Chain is
       on M, so the Chains of a network that agree on the best chain hold one copy of it.
+    - ``genesis_rows``: the rows an empty store gets (§12: genesis, its snapshot and level set,
+      the faucet UTXOs), a pure function of the network's parameters, key the genesis id; one
+      entry, kept for the run (a simulation with ``load.prefunded_outputs`` writes hundreds of
+      thousands of faucet rows into every full node's store otherwise).
     """
 
     def __init__(self, tx_capacity: int = 200_000, block_capacity: int = 100_000) -> None:
@@ -159,6 +163,7 @@ class SharedResults:
         )
         self._accepts: OrderedDict[BlockId, dict[bytes, bytes | None]] = OrderedDict()
         self._utxo_sets: WeakValueDictionary[BlockId, UtxoSet] = WeakValueDictionary()
+        self._genesis: tuple[BlockId, dict[bytes, bytes | None]] | None = None
         self.hits = {"tx": 0, "block": 0, "rows": 0, "accept": 0, "utxos": 0}
         self.lookups = {"tx": 0, "block": 0, "rows": 0, "accept": 0, "utxos": 0}
 
@@ -227,6 +232,15 @@ class SharedResults:
         self._rows[(milestone, new, final)] = rows
         if len(self._rows) > 256:
             self._rows.popitem(last=False)
+
+    def genesis_rows(self, genesis: BlockId) -> dict[bytes, bytes | None] | None:
+        """The rows of an empty store with ``genesis``, if a Chain recorded them."""
+        found = self._genesis
+        return found[1] if found is not None and found[0] == genesis else None
+
+    def add_genesis_rows(self, genesis: BlockId, rows: dict[bytes, bytes | None]) -> None:
+        """Record them (the dict is never changed afterwards)."""
+        self._genesis = (genesis, rows)
 
     def utxo_set(self, milestone: BlockId) -> UtxoSet | None:
         """The UTXO set of the best chain ending at ``milestone``, if some Chain holds it."""

@@ -198,7 +198,9 @@ class Chain:
         if schema is None:
             if next(iter(self.store.iter_prefix(b"")), None) is not None:
                 raise StorageError("store is not empty but has no schema version: half-written?")
-            self.state.write_genesis(self.genesis, genesis_snapshot(self.params), self._faucet())
+            self.state.write_genesis(
+                self.genesis, genesis_snapshot(self.params), self._faucet(), self._shared
+            )
             return
         self._check_schema_version(S.decode_row(schema, S.META_SCHEMA))
         net_raw = self.store.get(S.META_NETWORK)
@@ -211,7 +213,7 @@ class Chain:
         genesis = S.decode_row(gen_raw, S.META_GENESIS)[0] if gen_raw else b""
         if genesis != self.genesis.id:
             raise StorageError(f"database genesis {bytes(genesis).hex()} is not this network's")
-        self.state.load()
+        self.state.load(self._shared)
         self._reselect_best()
 
     @staticmethod

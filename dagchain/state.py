@@ -234,6 +234,21 @@ def _merge(wb: WriteBatch, rows: dict[bytes, bytes | None]) -> None:
             put(key, value)
 
 
+class _RowRecorder:
+    """A WriteBatch that records its puts and deletes (None) in a dict, to be shared."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: dict[bytes, bytes | None]) -> None:
+        self.rows = rows
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.rows[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.rows[key] = None
+
+
 def _apply_utxos(utxos: UtxoSet, delta: LevelSetDelta) -> None:
     """A2's change to the UTXO set: the outputs LS(M) created in, the ones it spent out."""
     utxos.update(delta.created)
@@ -648,35 +663,66 @@ class ChainState:
 
     # --- genesis and loading ---
     def write_genesis(
-        self, genesis: Block, snapshot: Snapshot, faucet: list[tuple[int, Address, int]]
+        self,
+        genesis: Block,
+        snapshot: Snapshot,
+        faucet: list[tuple[int, Address, int]],
+        shared: SharedResults | None = None,
     ) -> None:
-        """An empty store gets genesis, its snapshot, level set and faucet UTXOs in one batch."""
+        """An empty store gets genesis, its snapshot, level set and faucet UTXOs in one batch.
+
+        ``shared``: the rows and the UTXO set are a pure function of the parameters; the first
+        Chain of a network records them, the others write the recorded rows as one shared set
+        and take the set instead of decoding the rows again (:meth:`load`).
+        """
+        if shared is None:
+            with self.store.write_batch() as wb:
+                self._genesis_rows(wb, genesis, snapshot, faucet)
+            self.load()
+            return
+        gid = genesis.id
+        rows = shared.genesis_rows(gid)
+        if rows is None:
+            rows = {}
+            self._genesis_rows(_RowRecorder(rows), genesis, snapshot, faucet)
+            shared.add_genesis_rows(gid, rows)
+        with self.store.write_batch() as wb:
+            _merge(wb, rows)
+        self.load(shared)
+
+    def _genesis_rows(
+        self,
+        wb: WriteBatch,
+        genesis: Block,
+        snapshot: Snapshot,
+        faucet: list[tuple[int, Address, int]],
+    ) -> None:
         gid = genesis.id
         meta = BlockMeta(0, 0, BlockId(bytes(32)), True, 0, 0, 0)
-        with self.store.write_batch() as wb:
-            wb.put(S.META_SCHEMA, S.encode_row([S.SCHEMA_VERSION]))
-            wb.put(S.META_NETWORK, S.encode_row([self.params.network_id.encode("ascii")]))
-            wb.put(S.META_GENESIS, S.encode_row([gid]))
-            wb.put(S.META_SEQ, S.encode_row([1]))
-            wb.put(S.META_SORTITION, S.encode_row(sortition_row(self.params)))
-            wb.put(S.P_BLOCK + gid, genesis.raw)
-            wb.put(S.P_META + gid, meta_row(meta))
-            wb.put(S.P_SNAPSHOT + gid, snapshot_row(snapshot))
-            wb.put(S.P_LEVEL_SET + gid, S.encode_row([0, [gid], b""]))
-            wb.put(S.height_key(S.P_HEIGHT, 0), S.encode_row([gid]))
-            wb.put(S.P_LS_HEIGHT + gid, S.encode_row([0]))
-            for index, address, amount in faucet:
-                self._put_utxo(wb, gid, index, (amount, address, 0))
-            wb.put(S.HEAD, head_row(HeadRecord(gid, 0, 0, gid)))
-        self.load()
+        wb.put(S.META_SCHEMA, S.encode_row([S.SCHEMA_VERSION]))
+        wb.put(S.META_NETWORK, S.encode_row([self.params.network_id.encode("ascii")]))
+        wb.put(S.META_GENESIS, S.encode_row([gid]))
+        wb.put(S.META_SEQ, S.encode_row([1]))
+        wb.put(S.META_SORTITION, S.encode_row(sortition_row(self.params)))
+        wb.put(S.P_BLOCK + gid, genesis.raw)
+        wb.put(S.P_META + gid, meta_row(meta))
+        wb.put(S.P_SNAPSHOT + gid, snapshot_row(snapshot))
+        wb.put(S.P_LEVEL_SET + gid, S.encode_row([0, [gid], b""]))
+        wb.put(S.height_key(S.P_HEIGHT, 0), S.encode_row([gid]))
+        wb.put(S.P_LS_HEIGHT + gid, S.encode_row([0]))
+        for index, address, amount in faucet:
+            self._put_utxo(wb, gid, index, (amount, address, 0))
+        wb.put(S.HEAD, head_row(HeadRecord(gid, 0, 0, gid)))
 
-    def load(self) -> None:
+    def load(self, shared: SharedResults | None = None) -> None:
         """Rebuild the in-memory part from the store (crash recovery reads only stored rows).
 
         Reads the head record, the ids, level sets, blocks and LS heights of the window of
         milestones below it, the pending blocks, every snapshot from the window's floor up, and
         the live state (UTXOs, roots, peer-chain heads, marks); every row read is decoded, and
-        the head record is checked against the stored best chain.
+        the head record is checked against the stored best chain. ``shared``: the UTXO set of
+        the stored head milestone M is L(M), a pure function of M: taken from there if another
+        Chain holds it (a simulated run's stores share the genesis rows), else read and recorded.
 
         Raises:
             StorageError: a row is missing, damaged or inconsistent with the head record.
@@ -707,7 +753,7 @@ class ChainState:
             self._load_block(bid)
         pend.sort(key=lambda b: self.meta[b].seq)
         self.pending = dict.fromkeys(pend)
-        self._load_live_state()
+        self._load_live_state(shared, BlockId(best))
         if self.final not in self.snapshots or self.best_height_of.get(self.final) is None:
             raise StorageError(f"final milestone {bytes(final).hex()} is not on the best chain")
 
@@ -769,15 +815,22 @@ class ChainState:
         self.meta.add(bid, meta, meta.ms_link_height)
         self.blocks.add(bid, block, meta.ms_link_height)
 
-    def _load_live_state(self) -> None:
+    def _load_live_state(self, shared: SharedResults | None, best: BlockId) -> None:
         st = self.store
         for key, value in st.iter_prefix(S.P_PEER_HEAD):
             last, m = S.decode_row(value, key)
             self.peer_heads[BlockId(key[1:])] = (BlockId(last), m)
-        utxos = self.utxos
-        for key, value in st.iter_prefix(S.P_UTXO):
-            amount, address, h = S.decode_row(value, key)
-            utxos[(key[1:33], int.from_bytes(key[33:], "big"))] = (amount, Address(address), h)
+        known = shared.utxo_set(best) if shared is not None else None
+        if known is not None:
+            self._use_utxos(known, True)
+        else:
+            utxos = self.utxos
+            for key, value in st.iter_prefix(S.P_UTXO):
+                amount, address, h = S.decode_row(value, key)
+                utxos[(key[1:33], int.from_bytes(key[33:], "big"))] = (amount, Address(address), h)
+            if shared is not None:
+                shared.add_utxo_set(best, utxos)
+                self._use_utxos(utxos, True)
         for key, value in st.iter_prefix(S.P_ROOT):
             bal, anchor, addr = S.decode_row(value, key)
             self.roots[BlockId(key[1:])] = RootRecord(bal, TxId(anchor), Address(addr))

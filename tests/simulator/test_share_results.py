@@ -147,6 +147,17 @@ def test_late_nodes_syncing_is_identical() -> None:
     )
 
 
+def test_a_prefunded_genesis_is_identical() -> None:
+    """``load.prefunded_outputs``: the shared genesis rows and UTXO set (one copy for the run)
+    against every node writing and reading its own."""
+    _same_either_way(
+        [*ZERO_DELAY_TWO_MINERS, "load.tps=30", "load.prefunded_outputs=3000"],
+        nodes=8,
+        duration_s=20,
+        seed=6,
+    )
+
+
 @pytest.mark.slow
 def test_a_thousand_full_nodes_are_identical() -> None:
     _same_either_way(["load.tps=20", 'network.delay="regions2019"'], nodes=1000, duration_s=2.5)
