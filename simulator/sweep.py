@@ -228,11 +228,32 @@ def _local(jobs: list[tuple[Any, ...]], workers: int) -> Iterable[dict[str, Any]
     return [row for row in results if row is not None]
 
 
+def local_dask_cluster(workers: int) -> Any:
+    """The local Dask cluster of ``--executor dask`` without ``--address``.
+
+    One process per worker, one thread each (a run holds the GIL throughout), no fixed
+    dashboard port (a second local cluster on the machine must not fail), and **no worker
+    memory limit**: Dask's default gives each worker the machine's memory divided by the
+    workers and restarts a worker past 95 % of it, so a 10,000-node run of 10-15 GiB on a
+    24 GiB, two-worker machine was killed and retried instead of finishing as it does with
+    ``--executor local``. A simulation is one task whose memory cannot be spilled.
+    """
+    from dask.distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=max(1, workers),
+        processes=True,
+        threads_per_worker=1,
+        memory_limit=0,
+        dashboard_address=":0",
+    )
+
+
 def _dask(
     jobs: list[tuple[Any, ...]], address: str | None, workers: int
 ) -> Iterable[dict[str, Any]]:
     try:
-        from dask.distributed import Client, LocalCluster
+        from dask.distributed import Client
     except ImportError:
         raise ScenarioError(f"--executor dask needs dask.distributed; {CLUSTER_HINT}") from None
     if address:
@@ -241,10 +262,7 @@ def _dask(
         except (OSError, TimeoutError, ValueError) as exc:
             raise ScenarioError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     else:
-        # no fixed dashboard port: a second local cluster on the machine must not fail
-        client = Client(
-            LocalCluster(n_workers=max(1, workers), processes=True, dashboard_address=":0")
-        )
+        client = Client(local_dask_cluster(workers))
     with client:
         futures = [client.submit(run_point, *job, pure=True) for job in jobs]
         return list(client.gather(futures))

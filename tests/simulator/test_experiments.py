@@ -153,6 +153,22 @@ def test_cluster_executor_gives_the_local_rows(
     assert remote.read_text(encoding="utf-8") == local_text  # same rows, in grid order
 
 
+def test_the_local_dask_cluster_does_not_kill_a_large_run() -> None:
+    """Dask's default worker memory limit (machine memory / workers, restart at 95 %) killed
+    10-15 GiB capacity runs on a two-worker local cluster; ours has none, one thread each."""
+    pytest.importorskip("dask.distributed")
+    from dask.distributed import Client
+
+    from simulator.sweep import local_dask_cluster
+
+    with local_dask_cluster(2) as cluster, Client(cluster) as client:
+        workers = client.scheduler_info()["workers"].values()
+        assert len(workers) == 2
+        for info in workers:
+            assert not info["memory_limit"]
+            assert info["nthreads"] == 1
+
+
 def test_equal_security_depth_is_the_smallest_safe_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
