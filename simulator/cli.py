@@ -68,7 +68,10 @@ class ProgressLog:
         events: Callable[[], int],
         every_s: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        label: str = "progress",
     ) -> None:
+        """``label`` starts each line (a sweep names the run: its point and seed)."""
+        self.label = label
         self.total_ms = total_ms
         self.stream = stream
         self.events = events
@@ -89,7 +92,7 @@ class ProgressLog:
             where = f"draining the network at simulated {now_ms / 1000:.1f} s"
         rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         self.stream.write(
-            f"progress: {where}, wall {wall:.0f} s, {self.events():,} events, "
+            f"{self.label}: {where}, wall {wall:.0f} s, {self.events():,} events, "
             f"peak RSS {rss_mib:,.0f} MiB\n"
         )
         self.stream.flush()

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from simulator.cli import PROGRESS_LOG_S, ProgressLog
 from simulator.scenario import ScenarioError, apply_override, build_scenario, parse_override
 from simulator.simulation import WALL_FIELDS, Simulation
 
@@ -50,6 +51,10 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+PROGRESS_EVERY_S = PROGRESS_LOG_S
+"""Wall seconds between two progress lines of a run (on the worker's stderr: the terminal for
+``--executor local``, the worker's log on a cluster); none in a shorter run."""
+
 RESOURCE_PREFIX = "resource."
 """Row keys of what a run cost (CPU, wall, peak RSS, host): not results, so :func:`run_sweep`
 writes them to ``resources.csv``, and ``sweep.csv`` stays the same on every executor."""
@@ -67,7 +72,16 @@ def run_point(
         apply_override(data, path, value)
     data["seed"] = seed
     scenario = build_scenario(data)
-    metrics = Simulation(scenario).run().metrics
+    sim = Simulation(scenario)
+    point = " ".join(f"{'.'.join(p)}={v}" for p, v in overrides)
+    log = ProgressLog(
+        scenario.duration_s * 1000.0,
+        sys.stderr,
+        lambda: sim.engine.events,
+        every_s=PROGRESS_EVERY_S,
+        label=f"run {point} seed {seed}",
+    )
+    metrics = sim.run(progress=log).metrics
     row = {".".join(p): v for p, v in overrides}
     row["seed"] = seed
     row.update({k: v for k, v in flatten(metrics).items() if k not in WALL_FIELDS})

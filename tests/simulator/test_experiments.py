@@ -360,3 +360,27 @@ def test_ordering_lag_oldest_tip_variant_is_swapped_back() -> None:
     )
     assert sum(result["lags"].values()) > 0
     assert template.choose_tip_links is original
+
+
+def test_a_sweep_run_reports_its_progress_by_point_and_seed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An hour-long run of a sweep says how far it got, named by its point and seed, on the
+    worker's stderr; the row is the same as without the lines (one per PROGRESS_EVERY_S)."""
+    from simulator import sweep
+
+    base = tomllib.loads((EXPERIMENTS / "stale.toml").read_text(encoding="utf-8"))
+    overrides = [parse_override(o) for o in ("nodes=8", "duration_s=20", "miners.count=3")]
+    quiet = run_point(base, overrides, 2)
+    assert capsys.readouterr().err == ""  # shorter than a minute: no line
+    monkeypatch.setattr(sweep, "PROGRESS_EVERY_S", 0.0)
+    row = run_point(base, overrides, 2)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines
+    assert all(
+        line.startswith("run nodes=8 duration_s=20 miners.count=3 seed 2: ") for line in lines
+    )
+    assert any("simulated" in line and "events, peak RSS" in line for line in lines)
+    assert {k: v for k, v in row.items() if not k.startswith(sweep.RESOURCE_PREFIX)} == {
+        k: v for k, v in quiet.items() if not k.startswith(sweep.RESOURCE_PREFIX)
+    }
