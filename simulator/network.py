@@ -147,6 +147,10 @@ class Network:
         uplinks = self._uplinks
         self._messages = value - (0 if uplinks is None else uplinks.messages)
 
+    def uplink_backlog_ms(self, node: int, now_ms: float) -> float:
+        """How long a message ``node`` queues now would wait for its uplink (0 when idle)."""
+        return max(0.0, self._upload_free[node] - now_ms)
+
     @property
     def bytes_sent(self) -> int:
         """Bytes of those messages."""

@@ -372,9 +372,10 @@ class Simulation:
             self.attacker.on_accepted(node, outcome)
 
     # ------------------------------------------------------------------ running
-    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
-        """Mine and offer txs for ``duration_s``, drain the network, compute the metrics."""
-        started = time.perf_counter()
+    def start(self) -> None:
+        """Register the miners (``miners.warm_start``), start them and the load, and schedule
+        the late nodes: what :meth:`run` does before the clock runs (an experiment that
+        watches a run without its drain calls this and then ``engine.run``)."""
         if self.scenario.miners.warm_start:
             for index in sorted(self.miners):
                 self.miners[index].register()
@@ -387,6 +388,11 @@ class Simulation:
                 self.engine.schedule_at(0.0, self._join_late, False)
                 self.engine.schedule_at(net.late_leave_s * 1000.0, self._leave_late)
             self.engine.schedule_at(net.late_join_s * 1000.0, self._join_late, True)
+
+    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        """Mine and offer txs for ``duration_s``, drain the network, compute the metrics."""
+        started = time.perf_counter()
+        self.start()
         duration_ms = self.scenario.duration_s * 1000.0
         with _rare_gc():
             if self.attacker is None:

@@ -615,6 +615,11 @@ class TxFlow:
         """Txs whose search is not finished."""
         return len(self._spreads)
 
+    def in_flight(self) -> list[tuple[bytes, "Spread | KernelSpread"]]:
+        """(txid, search) of the txs still spreading, oldest first (experiments read their
+        arrival labels: experiments/relay_backlog.py)."""
+        return [(txid, spread) for txid, (spread, _) in self._spreads.items()]
+
 
 __all__ = [
     "FLOW_KERNEL",

@@ -384,3 +384,39 @@ def test_a_sweep_run_reports_its_progress_by_point_and_seed(
     assert {k: v for k, v in row.items() if not k.startswith(sweep.RESOURCE_PREFIX)} == {
         k: v for k, v in quiet.items() if not k.startswith(sweep.RESOURCE_PREFIX)
     }
+
+
+def test_relay_backlog_tells_a_relay_that_keeps_up_from_one_that_does_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """experiments/relay_backlog.py: one line per simulated second; at ample bandwidth the txs
+    in flight stay level, on 0.2 Mbit/s links they pile up second after second."""
+    backlog = _load_script("relay_backlog")
+    shape = [
+        "--nodes",
+        "40",
+        "--duration",
+        "4",
+        "--set",
+        "network.full_nodes=5",
+        "--set",
+        "miners.count=5",
+        "--set",
+        "load.tps=150",
+        "--set",
+        "load.prefunded_outputs=1000",
+    ]
+
+    def in_flight(mbps: float) -> list[int]:
+        scenario = str(EXPERIMENTS / "capacity_10k.toml")
+        assert backlog.main([scenario, *shape, "--set", f"network.bandwidth_mbps={mbps}"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [line.split(":")[0] for line in lines] == ["t=1 s", "t=2 s", "t=3 s", "t=4 s"]
+        assert all("uplink queue p50/p90 s: " in line for line in lines)
+        return [int(line.split(": ")[1].split(" txs")[0].replace(",", "")) for line in lines]
+
+    ample = in_flight(100)
+    assert max(ample[1:]) < 2 * min(ample[1:])
+    starved = in_flight(0.2)
+    assert starved == sorted(starved)
+    assert starved[-1] > 3 * max(ample)
