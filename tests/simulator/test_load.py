@@ -79,7 +79,7 @@ def test_a_prefunded_wallet_is_not_starved() -> None:
 
 def test_the_full_nodes_share_one_genesis_ledger() -> None:
     """Memory a user relies on at scale: N prefunded outputs are held once per run, not once per
-    full node (10.3 GB for 262,144 outputs at 100 full nodes before they were shared)."""
+    full node (a peak of 12.4 GB for 262,144 outputs at 100 full nodes before they were shared)."""
     prefunded = 20_000
     scenario = load_scenario(
         None, [*SHAPE, f"load.prefunded_outputs={prefunded}"], nodes=8, duration_s=1, seed=5
