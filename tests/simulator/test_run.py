@@ -47,8 +47,19 @@ def stable_bytes(out: Path) -> bytes:
 def test_run_writes_every_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert main(["run", *SMALL, "--out", str(out), "--seed", "3"]) == 0
-    assert "throughput tps" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "throughput tps" in table
     metrics = json.loads((out / "metrics.json").read_text())
+    # The summary shows metrics.json's counts, the steady state and the upload per node.
+    shown = dict(line.split("  ", 1) for line in table.splitlines() if "  " in line)
+    offered, confirmed = metrics["txs_offered"], metrics["txs_confirmed"]
+    assert shown["txs offered / confirmed"].strip() == f"{offered:,} / {confirmed:,}"
+    starved, lost = metrics["txs_starved"], metrics["txs_lost"]
+    assert shown["txs starved / lost"].strip() == f"{starved:,} / {lost:,}"
+    late = f"{metrics['offered_tps_second_half']:.3f} / {metrics['throughput_tps_second_half']:.3f}"
+    assert shown["2nd half: offered / tps"].strip() == late
+    upload = metrics["bytes_sent"] * 8 / 1000 / (40 * 6)
+    assert shown["upload per node kbit/s"].strip() == f"{upload:,.1f}"
     assert set(metrics) >= METRICS_KEYS
     assert set(metrics["confirmation_latency_s"]) == {"p50", "p90", "p99"}
     assert set(metrics["mempool_wait_s"]) == {"p50", "p90"}
