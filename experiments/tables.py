@@ -15,8 +15,9 @@ waste x mean wait, which both C1 (refined) and C2 predict to be delta. ``spread`
 spread of a sweep with several seeds, one line per grid point, each metric as mean [min, max].
 ``capacity``: per run, offered and confirmed tx/s (whole run and second half), confirmed /
 offered in the second half, latency p50/p90, stale and duplicate rates, block propagation p90,
-bytes sent per node per second, and, from the ``resources.csv`` beside the CSV, CPU seconds and
-peak RSS.
+bytes sent per node per second, the arrivals the wallet skipped for want of a confirmed output
+(``txs_starved``, "-" in sweeps older than it), and, from the ``resources.csv`` beside the CSV,
+CPU seconds and peak RSS.
 """
 
 import argparse
@@ -67,8 +68,8 @@ def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | 
         "| protocol | offered tps | confirmed (whole run) | offered (2nd half) "
         "| confirmed (2nd half) | confirmed / offered | latency p50 s | p90 s "
         "| stale milestones | duplicate rate | propagation p90 s | kB/s sent per node "
-        "| CPU s | peak RSS GiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| starved | CPU s | peak RSS GiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for i, r in enumerate(rows):
         cost = costs[i] if i < len(costs) else {}
@@ -77,6 +78,7 @@ def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | 
         per_node = _f(r, "bytes_sent") / (nodes * seconds) / 1000
         cpu = f"{float(cost['cpu_s']):,.0f}" if "cpu_s" in cost else "-"
         rss = f"{float(cost['peak_rss_mib']) / 1024:.1f}" if "peak_rss_mib" in cost else "-"
+        starved = f"{int(_f(r, 'txs_starved')):,}" if r.get("txs_starved") else "-"
         out.append(
             f"| {r.get('protocol', '(file)')} | {_f(r, 'offered_tps'):,.0f} "
             f"| {_f(r, 'throughput_tps'):,.0f} | {o2:,.0f} | {c2:,.0f} "
@@ -84,7 +86,7 @@ def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | 
             f"| {_f(r, 'confirmation_latency_s.p50'):.2f} "
             f"| {_f(r, 'confirmation_latency_s.p90'):.2f} "
             f"| {_f(r, 'stale_milestone_rate'):.3f} | {_f(r, 'duplicate_tx_rate'):.3f} "
-            f"| {_f(r, 'propagation_s.p90'):.2f} | {per_node:,.1f} | {cpu} | {rss} |"
+            f"| {_f(r, 'propagation_s.p90'):.2f} | {per_node:,.1f} | {starved} | {cpu} | {rss} |"
         )
     return out
 

@@ -333,8 +333,8 @@ def test_tables_capacity_reads_the_runs_and_their_resources(
     sweep.write_text(
         "load.tps,protocol,seed,offered_tps,throughput_tps,offered_tps_second_half,"
         "throughput_tps_second_half,confirmation_latency_s.p50,confirmation_latency_s.p90,"
-        "stale_milestone_rate,duplicate_tx_rate,propagation_s.p90,bytes_sent\n"
-        "1024,sdag,1,900,700,1000,800,3,6,0.1,0.05,0.5,6000000000\n",
+        "stale_milestone_rate,duplicate_tx_rate,propagation_s.p90,bytes_sent,txs_starved\n"
+        "1024,sdag,1,900,700,1000,800,3,6,0.1,0.05,0.5,6000000000,1234\n",
         encoding="utf-8",
     )
     (tmp_path / "resources.csv").write_text(
@@ -344,7 +344,8 @@ def test_tables_capacity_reads_the_runs_and_their_resources(
     assert tables.main(["capacity", str(sweep), "--nodes", "10000", "--duration", "60"]) == 0
     row = capsys.readouterr().out.splitlines()[2].split(" | ")
     assert row[5] == "0.80"  # confirmed / offered in the second half
-    assert row[-3] == "10.0"  # 6 GB / (10,000 nodes x 60 s) = 10 kB/s
+    assert row[-4] == "10.0"  # 6 GB / (10,000 nodes x 60 s) = 10 kB/s
+    assert row[-3] == "1,234"  # arrivals skipped: the wallet had no confirmed output
     assert row[-2:] == ["2,500", "3.0 |"]
 
 
