@@ -98,10 +98,8 @@ class ProgressLog:
         self.stream.flush()
 
 
-def _pair(metrics: dict[str, Any], first: str, form: str, second: str = "") -> str:
-    """Two metrics as ``a / b``; ``second`` defaults to ``first`` with ``offered`` read as
-    ``throughput`` (the second half's offered and confirmed rates)."""
-    second = second or first.replace("offered", "throughput")
+def _pair(metrics: dict[str, Any], first: str, second: str, form: str) -> str:
+    """Two metrics as ``a / b``, each formatted with ``form``."""
     return f"{form.format(metrics[first])} / {form.format(metrics[second])}"
 
 
@@ -113,9 +111,12 @@ def summary_table(scenario: Scenario, metrics: dict[str, Any]) -> str:
         ("simulated s", f"{scenario.duration_s:g}"),
         ("offered tps", f"{metrics['offered_tps']:.3f}"),
         ("throughput tps", f"{metrics['throughput_tps']:.3f}"),
-        ("2nd half: offered / tps", _pair(metrics, "offered_tps_second_half", "{:.3f}")),
-        ("txs offered / confirmed", _pair(metrics, "txs_offered", "{:,}", "txs_confirmed")),
-        ("txs starved / lost", _pair(metrics, "txs_starved", "{:,}", "txs_lost")),
+        (
+            "2nd half: offered / tps",
+            _pair(metrics, "offered_tps_second_half", "throughput_tps_second_half", "{:.3f}"),
+        ),
+        ("txs offered / confirmed", _pair(metrics, "txs_offered", "txs_confirmed", "{:,}")),
+        ("txs starved / lost", _pair(metrics, "txs_starved", "txs_lost", "{:,}")),
         ("duplicate tx rate", f"{metrics['duplicate_tx_rate']:.4f}"),
         ("blocks/s", f"{metrics['blocks_per_s']:.3f}"),
         ("milestones/s", f"{metrics['milestones_per_s']:.4f}"),
@@ -127,8 +128,8 @@ def summary_table(scenario: Scenario, metrics: dict[str, Any]) -> str:
         for key in ("confirmation_latency_s", "propagation_s", "mempool_wait_s")
     ]
     rows += [(key, str(metrics[key])) for key in ATTACK_KEYS if key in metrics]
-    seconds = scenario.duration_s * scenario.nodes
-    upload = metrics["bytes_sent"] * 8 / 1000 / seconds if seconds else 0.0
+    node_seconds = scenario.duration_s * scenario.nodes
+    upload = metrics["bytes_sent"] * 8 / 1000 / node_seconds if node_seconds else 0.0
     rows.append(("upload per node kbit/s", f"{upload:,.1f}"))
     rows.append(("events", f"{metrics['events']} ({metrics['events_per_s']:.0f}/s)"))
     rows.append(("wall s", f"{metrics['wall_s']:.2f}"))
