@@ -67,9 +67,10 @@ def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | 
     out = [
         "| protocol | offered tps | confirmed (whole run) | offered (2nd half) "
         "| confirmed (2nd half) | confirmed / offered | latency p50 s | p90 s "
+        "| latency p50 / p90 s (2nd half) "
         "| stale milestones | duplicate rate | propagation p90 s | kB/s sent per node "
         "| starved | CPU s | peak RSS GiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for i, r in enumerate(rows):
         cost = costs[i] if i < len(costs) else {}
@@ -79,12 +80,18 @@ def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | 
         cpu = f"{float(cost['cpu_s']):,.0f}" if "cpu_s" in cost else "-"
         rss = f"{float(cost['peak_rss_mib']) / 1024:.1f}" if "peak_rss_mib" in cost else "-"
         starved = f"{int(_f(r, 'txs_starved')):,}" if r.get("txs_starved") else "-"
+        late = "confirmation_latency_s_second_half"
+        late_latency = (
+            f"{_f(r, late + '.p50'):.2f} / {_f(r, late + '.p90'):.2f}"
+            if r.get(late + ".p50")
+            else "-"
+        )
         out.append(
             f"| {r.get('protocol', '(file)')} | {_f(r, 'offered_tps'):,.0f} "
             f"| {_f(r, 'throughput_tps'):,.0f} | {o2:,.0f} | {c2:,.0f} "
             f"| {c2 / o2 if o2 else 0.0:.2f} "
             f"| {_f(r, 'confirmation_latency_s.p50'):.2f} "
-            f"| {_f(r, 'confirmation_latency_s.p90'):.2f} "
+            f"| {_f(r, 'confirmation_latency_s.p90'):.2f} | {late_latency} "
             f"| {_f(r, 'stale_milestone_rate'):.3f} | {_f(r, 'duplicate_tx_rate'):.3f} "
             f"| {_f(r, 'propagation_s.p90'):.2f} | {per_node:,.1f} | {starved} | {cpu} | {rss} |"
         )

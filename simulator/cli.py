@@ -125,7 +125,12 @@ def summary_table(scenario: Scenario, metrics: dict[str, Any]) -> str:
     ]
     rows += [
         (key, "  ".join(f"{k} {v:.3f}" for k, v in metrics[key].items()))
-        for key in ("confirmation_latency_s", "propagation_s", "mempool_wait_s")
+        for key in (
+            "confirmation_latency_s",
+            "confirmation_latency_s_second_half",
+            "propagation_s",
+            "mempool_wait_s",
+        )
     ]
     rows += [(key, str(metrics[key])) for key in ATTACK_KEYS if key in metrics]
     node_seconds = scenario.duration_s * scenario.nodes

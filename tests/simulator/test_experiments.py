@@ -210,6 +210,13 @@ def test_second_half_throughput_counts_the_late_confirmations() -> None:
     offered = sim.recorder.tx_offered_ms
     late = [t for t in offered if confirmed.get(t, -1.0) >= 20_000.0]
     assert metrics["throughput_tps_second_half"] == pytest.approx(len(late) / 20.0, abs=1e-6)
+    waits = sorted((confirmed[t] - offered[t]) / 1000.0 for t in late)
+    for q in (0.5, 0.9, 0.99):  # nearest rank over the late confirmations only
+        rank = max(1, math.ceil(q * len(waits)))
+        assert metrics["confirmation_latency_s_second_half"][f"p{round(q * 100)}"] == (
+            pytest.approx(waits[rank - 1], abs=1e-6)
+        )
+    assert metrics["confirmation_latency_s_second_half"] != metrics["confirmation_latency_s"]
     late_offers = sum(1 for at in offered.values() if at >= 20_000.0)
     assert metrics["offered_tps_second_half"] == pytest.approx(late_offers / 20.0, abs=1e-6)
     # Nakamoto's warm-up (S1: a peer chain's first K blocks carry no valid tx) starves the first
@@ -333,8 +340,10 @@ def test_tables_capacity_reads_the_runs_and_their_resources(
     sweep.write_text(
         "load.tps,protocol,seed,offered_tps,throughput_tps,offered_tps_second_half,"
         "throughput_tps_second_half,confirmation_latency_s.p50,confirmation_latency_s.p90,"
+        "confirmation_latency_s_second_half.p50,confirmation_latency_s_second_half.p90,"
         "stale_milestone_rate,duplicate_tx_rate,propagation_s.p90,bytes_sent,txs_starved\n"
-        "1024,sdag,1,900,700,1000,800,3,6,0.1,0.05,0.5,6000000000,1234\n",
+        "1024,sdag,1,900,700,1000,800,3,6,4.5,9.25,0.1,0.05,0.5,6000000000,1234\n"
+        "1024,nakamoto,1,900,700,1000,800,3,6,,,0.1,0.05,0.5,6000000000,\n",
         encoding="utf-8",
     )
     (tmp_path / "resources.csv").write_text(
@@ -342,8 +351,11 @@ def test_tables_capacity_reads_the_runs_and_their_resources(
         encoding="utf-8",
     )
     assert tables.main(["capacity", str(sweep), "--nodes", "10000", "--duration", "60"]) == 0
-    row = capsys.readouterr().out.splitlines()[2].split(" | ")
+    lines = capsys.readouterr().out.splitlines()
+    row = lines[2].split(" | ")
     assert row[5] == "0.80"  # confirmed / offered in the second half
+    assert row[8] == "4.50 / 9.25"  # the latency of the txs confirmed in the second half
+    assert lines[3].split(" | ")[8] == "-"  # a sweep from before that metric
     assert row[-4] == "10.0"  # 6 GB / (10,000 nodes x 60 s) = 10 kB/s
     assert row[-3] == "1,234"  # arrivals skipped: the wallet had no confirmed output
     assert row[-2:] == ["2,500", "3.0 |"]
