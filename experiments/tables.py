@@ -5,6 +5,7 @@
     python experiments/tables.py assignment out/assignment_n/sweep.csv [--delay-s 0.16]
     python experiments/tables.py spread out/assignment/sweep.csv --by chain.sortition_c
     python experiments/tables.py capacity out/cap10k/sweep.csv --nodes 10000 --duration 60
+    python experiments/tables.py capacity out/run_a out/run_b    # dagchain-sim run --out folders
 
 ``bandwidth``: steady-state (second-half) offered and confirmed tx/s, latency, stale rate,
 propagation, duplicates and the mean upload utilisation ``bytes_sent`` x 8 / (nodes x duration x
@@ -17,11 +18,14 @@ spread of a sweep with several seeds, one line per grid point, each metric as me
 offered in the second half, latency p50/p90, stale and duplicate rates, block propagation p90,
 bytes sent per node per second, the arrivals the wallet skipped for want of a confirmed output
 (``txs_starved``, "-" in sweeps older than it), and, from the ``resources.csv`` beside the CSV,
-CPU seconds and peak RSS.
+CPU seconds and peak RSS. ``capacity`` also reads the output folders of single ``dagchain-sim
+run``s (a row each, named by the folder; CPU seconds and peak RSS from its manifest.json, "-" in
+runs older than those fields), and sweep CSVs and folders may be mixed.
 """
 
 import argparse
 import csv
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -63,6 +67,39 @@ def bandwidth(rows: list[Row], extra: Sequence[str] = ()) -> list[str]:
     return out
 
 
+def _flat(data: dict[str, object], prefix: str = "") -> Row:
+    """A JSON object as one sweep row: nested keys joined by dots, values as text."""
+    row: Row = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            row.update(_flat(value, f"{prefix}{key}."))
+        else:
+            row[f"{prefix}{key}"] = str(value)
+    return row
+
+
+def run_row(folder: Path) -> tuple[Row, Row]:
+    """The sweep-CSV row and the resources row of one ``dagchain-sim run --out folder``."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{folder}: not a dagchain-sim run's output folder ({exc})") from None
+    scenario = manifest["scenario"]
+    row = _flat(metrics)
+    row.update(
+        {
+            "protocol": f"{scenario['protocol']} ({folder.name})",
+            "load.tps": str(scenario["load"]["tps"]),
+            "duration_s": str(scenario["duration_s"]),
+            "nodes": str(scenario["nodes"]),
+            "seed": str(manifest["seed"]),
+        }
+    )
+    cost = {k: str(manifest[k]) for k in ("cpu_s", "peak_rss_mib") if k in manifest}
+    return row, cost
+
+
 def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | None) -> list[str]:
     out = [
         "| protocol | offered tps | confirmed (whole run) | offered (2nd half) "
@@ -74,9 +111,12 @@ def capacity(rows: list[Row], costs: list[Row], nodes: int, duration_s: float | 
     ]
     for i, r in enumerate(rows):
         cost = costs[i] if i < len(costs) else {}
-        seconds = duration_s if duration_s else _f(r, "duration_s")
+        seconds = _f(r, "duration_s") if r.get("duration_s") else duration_s
+        if not seconds:
+            raise SystemExit("capacity: a sweep without a duration_s column needs --duration")
         o2, c2 = _f(r, "offered_tps_second_half"), _f(r, "throughput_tps_second_half")
-        per_node = _f(r, "bytes_sent") / (nodes * seconds) / 1000
+        per_node = _f(r, "bytes_sent") / ((_f(r, "nodes") if r.get("nodes") else nodes) * seconds)
+        per_node /= 1000
         cpu = f"{float(cost['cpu_s']):,.0f}" if "cpu_s" in cost else "-"
         rss = f"{float(cost['peak_rss_mib']) / 1024:.1f}" if "peak_rss_mib" in cost else "-"
         starved = f"{int(_f(r, 'txs_starved')):,}" if r.get("txs_starved") else "-"
@@ -190,7 +230,9 @@ def spread(rows: list[Row], by: Sequence[str], metrics: Sequence[str]) -> list[s
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=["bandwidth", "stale", "assignment", "spread", "capacity"])
-    parser.add_argument("csv", type=Path)
+    parser.add_argument(
+        "paths", type=Path, nargs="+", help="a sweep CSV (capacity: CSVs and run folders)"
+    )
     parser.add_argument("--extra", nargs="*", default=[], help="bandwidth: leading columns")
     parser.add_argument("--by", nargs="*", default=[], help="spread: the grid columns")
     parser.add_argument(
@@ -199,9 +241,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=["duplicate_tx_rate", "mempool_wait_s.p50", "throughput_tps", WASTE_X_WAIT],
         help=f"spread: metric columns ({WASTE_X_WAIT} = duplicates x p50 / ln 2)",
     )
-    parser.add_argument("--nodes", type=int, default=20, help="stale, capacity: nodes per run")
     parser.add_argument(
-        "--duration", type=float, default=None, help="stale (default 240), capacity: seconds"
+        "--nodes",
+        type=int,
+        default=20,
+        help="stale, capacity: nodes per run (a run folder: its own)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="stale (default 240), capacity: seconds (of rows without a duration_s of their own)",
     )
     parser.add_argument("--block-rate", type=float, default=8.0, help="assignment: lambda")
     parser.add_argument("--delay-s", type=float, default=0.16, help="assignment: delta of C1")
@@ -209,19 +259,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--weighting", default="uniform", help="assignment: when the CSV has no weighting column"
     )
     args = parser.parse_args(argv)
-    with args.csv.open(encoding="utf-8") as fh:
+    for path in args.paths:
+        if not path.exists():
+            parser.error(f"{path}: no such file or folder")
+    if args.kind == "capacity":
+        rows, costs = [], []
+        for path in args.paths:
+            if path.is_dir():
+                row, cost = run_row(path)
+                rows.append(row)
+                costs.append(cost)
+                continue
+            with path.open(encoding="utf-8") as fh:
+                found = list(csv.DictReader(fh))
+            resources = path.parent / "resources.csv"
+            spent: list[Row] = []
+            if resources.exists():
+                with resources.open(encoding="utf-8") as fh:
+                    spent = list(csv.DictReader(fh))
+            rows += found
+            costs += spent[: len(found)] + [{}] * (len(found) - len(spent))
+        print("\n".join(capacity(rows, costs, args.nodes, args.duration)))
+        return 0
+    if len(args.paths) != 1:
+        parser.error(f"{args.kind} reads one sweep CSV")
+    with args.paths[0].open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     if args.kind == "bandwidth":
         lines = bandwidth(rows, args.extra)
     elif args.kind == "stale":
         lines = stale(rows, args.nodes, 240.0 if args.duration is None else args.duration)
-    elif args.kind == "capacity":
-        costs: list[Row] = []
-        resources = args.csv.parent / "resources.csv"
-        if resources.exists():
-            with resources.open(encoding="utf-8") as fh:
-                costs = list(csv.DictReader(fh))
-        lines = capacity(rows, costs, args.nodes, args.duration)
     elif args.kind == "spread":
         lines = spread(rows, args.by, args.metrics)
     else:

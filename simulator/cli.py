@@ -5,6 +5,7 @@ User errors (bad flags, unknown scenario keys, missing files) exit with status 2
 
 import argparse
 import contextlib
+import os
 import resource
 import sys
 import time
@@ -103,8 +104,26 @@ def _pair(metrics: dict[str, Any], first: str, second: str, form: str) -> str:
     return f"{form.format(metrics[first])} / {form.format(metrics[second])}"
 
 
-def summary_table(scenario: Scenario, metrics: dict[str, Any]) -> str:
-    """The run's headline numbers as an aligned two-column table."""
+def run_resources(scenario: Scenario, load_at_start: float) -> dict[str, Any]:
+    """What this process has cost so far, for the manifest: CPU s (user + system, the build
+    included), simulated s per CPU s, peak RSS, the 1-minute load average at the start and now,
+    and the CPUs the machine has (docs/simulator.md, "What a run costs")."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime
+    return {
+        "cpu_s": round(cpu, 2),
+        "sim_s_per_cpu_s": round(scenario.duration_s / cpu, 3) if cpu > 0 else 0.0,
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # KiB on Linux
+        "load_average": {"start": round(load_at_start, 2), "end": round(os.getloadavg()[0], 2)},
+        "cpus": os.cpu_count() or 0,
+    }
+
+
+def summary_table(
+    scenario: Scenario, metrics: dict[str, Any], resources: dict[str, Any] | None = None
+) -> str:
+    """The run's headline numbers as an aligned two-column table (``resources``: what the run
+    cost, :func:`run_resources`)."""
     rows = [
         ("protocol", scenario.protocol),
         ("nodes / miners", f"{scenario.nodes} / {scenario.mining_nodes}"),
@@ -138,6 +157,16 @@ def summary_table(scenario: Scenario, metrics: dict[str, Any]) -> str:
     rows.append(("upload per node kbit/s", f"{upload:,.1f}"))
     rows.append(("events", f"{metrics['events']} ({metrics['events_per_s']:.0f}/s)"))
     rows.append(("wall s", f"{metrics['wall_s']:.2f}"))
+    if resources is not None:
+        load = resources["load_average"]
+        rows.append(
+            (
+                "CPU s",
+                f"{resources['cpu_s']:,.1f} ({resources['sim_s_per_cpu_s']:.3f} simulated s per "
+                f"CPU s), peak RSS {resources['peak_rss_mib']:,.0f} MiB, load average "
+                f"{load['start']:.2f} -> {load['end']:.2f} on {resources['cpus']} CPUs",
+            )
+        )
     width = max(len(k) for k, _ in rows)
     line = "-" * (width + 40)
     body = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
@@ -157,6 +186,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     out = _output_dir(Path(args.out))  # before the run: a long run never ends in a failed write
+    load_at_start = os.getloadavg()[0]
     sim = Simulation(scenario)
     total_ms = scenario.duration_s * 1000.0
     bar = ProgressBar(total_ms, sys.stderr) if sys.stderr.isatty() else None
@@ -164,8 +194,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = sim.run(progress=bar or log)
     if bar is not None:
         bar.close()
+    resources = run_resources(scenario, load_at_start)
     try:
-        write_outputs(out, scenario, result)
+        write_outputs(out, scenario, result, resources)
     except OSError as exc:
         raise ScenarioError(f"cannot write the results to {out}: {exc.strerror or exc}") from None
     if not args.no_plots:
@@ -175,7 +206,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             plot_run(out)
         except ImportError:
             print("matplotlib is not installed: no plots written", file=sys.stderr)
-    print(summary_table(scenario, result.metrics))
+    print(summary_table(scenario, result.metrics, resources))
     plots = "" if args.no_plots else ", *.png"
     print(f"results in {out}/ (manifest.json, metrics.json, blocks.csv{plots})")
     return 0

@@ -50,8 +50,13 @@ def code_version() -> str:
             return "unknown"
 
 
-def write_outputs(out: Path, scenario: Scenario, result: RunResult) -> None:
-    """Write manifest.json, metrics.json and blocks.csv into ``out`` (created if needed)."""
+def write_outputs(
+    out: Path, scenario: Scenario, result: RunResult, resources: dict[str, Any] | None = None
+) -> None:
+    """Write manifest.json, metrics.json and blocks.csv into ``out`` (created if needed).
+
+    ``resources``: what the run cost (:func:`simulator.cli.run_resources`), added to the manifest.
+    """
     out.mkdir(parents=True, exist_ok=True)
     params = scenario.to_params()
     manifest: dict[str, Any] = {
@@ -64,6 +69,7 @@ def write_outputs(out: Path, scenario: Scenario, result: RunResult) -> None:
         "wall_s": round(result.wall_s, 3),
         "events": result.events,
         "events_per_s": result.metrics.get("events_per_s", 0.0),
+        **(resources or {}),
     }
     write_json(out / "manifest.json", manifest)
     write_json(out / "metrics.json", result.metrics)

@@ -361,6 +361,44 @@ def test_tables_capacity_reads_the_runs_and_their_resources(
     assert row[-2:] == ["2,500", "3.0 |"]
 
 
+def test_tables_capacity_reads_run_folders_beside_a_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A single ``dagchain-sim run --out`` folder is a row of its own, with its manifest's cost,
+    beside the rows of a sweep CSV."""
+    tables = _load_script("tables")
+    out = tmp_path / "c120"
+    args = ["run", str(EXPERIMENTS / "small.toml"), "--duration", "10", "--no-plots"]
+    assert main([*args, "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text(
+        "load.tps,protocol,seed,offered_tps,throughput_tps,offered_tps_second_half,"
+        "throughput_tps_second_half,confirmation_latency_s.p50,confirmation_latency_s.p90,"
+        "stale_milestone_rate,duplicate_tx_rate,propagation_s.p90,bytes_sent\n"
+        "1024,nakamoto,1,900,700,1000,800,3,6,0.1,0.05,0.5,6000000000\n",
+        encoding="utf-8",
+    )
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="needs --duration"):  # the sweep's rows have none
+        tables.main(["capacity", str(sweep), str(out), "--nodes", "10000"])
+    assert (
+        tables.main(["capacity", str(sweep), str(out), "--nodes", "10000", "--duration", "60"]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| nakamoto | 900 |")
+    assert lines[2].split(" | ")[-4] == "10.0"  # 6 GB / (10,000 nodes x 60 s); the run: its own
+    row = lines[3].split(" | ")
+    assert row[0] == f"| {manifest['scenario']['protocol']} (c120)"
+    nodes, seconds = manifest["scenario"]["nodes"], manifest["scenario"]["duration_s"]
+    assert row[-4] == f"{metrics['bytes_sent'] / (nodes * seconds) / 1000:,.1f}"  # its own nodes
+    assert row[-2:] == [f"{manifest['cpu_s']:,.0f}", f"{manifest['peak_rss_mib'] / 1024:.1f} |"]
+    with pytest.raises(SystemExit, match="not a dagchain-sim run's output folder"):
+        tables.main(["capacity", str(tmp_path)])  # a folder that holds no run
+
+
 def test_ordering_lag_oldest_tip_variant_is_swapped_back() -> None:
     from dagchain import template
 

@@ -73,6 +73,13 @@ def test_run_writes_every_output(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert manifest["seed"] == 3
     assert manifest["scenario"]["nodes"] == 6
     assert manifest["events"] == metrics["events"]
+    # What the run cost, for the "What a run costs" rows: CPU s, the speed, peak RSS, the load.
+    assert 0 < manifest["cpu_s"] < 600
+    assert manifest["sim_s_per_cpu_s"] == pytest.approx(40 / manifest["cpu_s"], rel=1e-2)
+    assert manifest["peak_rss_mib"] > 10
+    assert set(manifest["load_average"]) == {"start", "end"}
+    assert manifest["cpus"] >= 1
+    assert shown["CPU s"].strip().startswith(f"{manifest['cpu_s']:,.1f} (")
     with (out / "blocks.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == metrics["blocks"]
