@@ -1,7 +1,10 @@
 """One peer connection: an aiohttp WebSocket pumped through the sans-I/O codec (§11.1, §11.2).
 
 A reader loop (run by the manager) and a writer task draining a bounded queue: a peer that
-cannot keep up is dropped, never buffered without limit (STYLE.md rule 11).
+cannot keep up is dropped, never buffered without limit (STYLE.md rule 11). While more than
+``SEND_QUEUE_SOFT_BYTES`` wait for a peer's socket, nothing more is read from it (docs/protocol.md
+decision 44): a peer that asks and does not read holds that much of our memory, not an answer
+per request.
 """
 
 import asyncio
@@ -25,6 +28,9 @@ PING_INTERVAL_S = 30.0
 PONG_TIMEOUT_S = 60.0
 SEND_QUEUE_SIZE = 4096
 """Frames waiting for the socket; beyond this the peer is too slow and is dropped."""
+SEND_QUEUE_SOFT_BYTES = 4 * 1024 * 1024
+"""Bytes waiting for the socket above which the peer's next frame is not read until they
+drain (decision 44; Bitcoin Core pauses a peer's messages above its send buffer, 5 MB)."""
 
 Direction = Literal["inbound", "outbound"]
 WebSocket = web.WebSocketResponse | ClientWebSocketResponse
@@ -96,6 +102,13 @@ class Peer:
         )
         self._writer: asyncio.Task[None] | None = None
         self._closer: asyncio.Task[None] | None = None
+        self.queued_bytes = 0
+        """Bytes of the frames waiting for the socket."""
+        self.read_pauses = 0
+        """Times reading waited for the queue to drain (decision 44)."""
+        self._drained = asyncio.Event()
+        """Set while ``queued_bytes`` is at most ``SEND_QUEUE_SOFT_BYTES``, or once closed."""
+        self._drained.set()
 
     @property
     def ready(self) -> bool:
@@ -130,8 +143,10 @@ class Peer:
         if self.closed:
             return False
         self.handshake.on_send(msg)
+        frame = wire.encode_message(msg)
         try:
-            self._queue.put_nowait((msg.TYPE, wire.encode_message(msg)))
+            self._queue.put_nowait((msg.TYPE, frame))
+            self._queued(len(frame))
             if after is not None:
                 self._queue.put_nowait(after)
         except asyncio.QueueFull:
@@ -139,6 +154,14 @@ class Peer:
             self.close_soon(wire.CLOSE_PROTOCOL_ERROR)
             return False
         return True
+
+    def _queued(self, change: int) -> None:
+        """``change`` bytes more (or fewer) wait for the socket."""
+        self.queued_bytes += change
+        if self.queued_bytes > SEND_QUEUE_SOFT_BYTES and not self.closed:
+            self._drained.clear()
+        else:
+            self._drained.set()
 
     def call_when_sent(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once everything queued so far has been written."""
@@ -160,6 +183,7 @@ class Peer:
         self.closed = True
         self.close_code = code
         self.handshake.close()
+        self._drained.set()  # a reader waiting for the queue to drain sees the close
         self._closer = asyncio.get_running_loop().create_task(self._close())
 
     async def _close(self) -> None:
@@ -176,6 +200,7 @@ class Peer:
             if self.close_code is None:
                 self.close_code = 1001
             self.handshake.close()
+            self._drained.set()
             self._closer = asyncio.get_running_loop().create_task(self._close())
         if self._closer is not None:
             with contextlib.suppress(asyncio.CancelledError, ConnectionError, RuntimeError):
@@ -186,21 +211,26 @@ class Peer:
                 await self._writer
 
     async def _write_loop(self) -> None:
-        while True:
-            item = await self._queue.get()
-            if callable(item):
-                item()
-                continue
-            if self.ws.closed:
-                return
-            kind, frame = item
-            try:
-                await self.ws.send_bytes(frame)
-            except (ConnectionError, RuntimeError) as exc:
-                log.debug("peer %s: send failed: %s", self.key, exc)
-                self.closed = True
-                return
-            self.sent.add(kind, len(frame))
+        try:
+            while True:
+                item = await self._queue.get()
+                if callable(item):
+                    item()
+                    continue
+                if self.ws.closed:
+                    return
+                kind, frame = item
+                try:
+                    await self.ws.send_bytes(frame)
+                except (ConnectionError, RuntimeError) as exc:
+                    log.debug("peer %s: send failed: %s", self.key, exc)
+                    self.closed = True
+                    return
+                finally:
+                    self._queued(-len(frame))
+                self.sent.add(kind, len(frame))
+        finally:
+            self._drained.set()  # nothing will drain the queue now: the reader must not wait
 
     async def read(self, on_frame: Callable[[bytes | str], None]) -> bool:
         """Hand every frame to ``on_frame`` until the connection ends or a close is decided.
@@ -211,6 +241,11 @@ class Peer:
         ws, loop = self.ws, asyncio.get_running_loop()
         deadline = loop.time() + HELLO_TIMEOUT_S
         while not self.closed:
+            if not self._drained.is_set():  # decision 44: read on once our answers drain
+                self.read_pauses += 1
+                log.debug("peer %s: %d bytes queued, reading paused", self.key, self.queued_bytes)
+                await self._drained.wait()
+                continue
             timeout = None if self.ready else max(0.0, deadline - loop.time())
             try:
                 msg = await asyncio.wait_for(ws.receive(), timeout)
@@ -261,4 +296,11 @@ class Peer:
         }
 
 
-__all__ = ["SEND_QUEUE_SIZE", "Direction", "FrameCounts", "Peer", "WebSocket"]
+__all__ = [
+    "SEND_QUEUE_SIZE",
+    "SEND_QUEUE_SOFT_BYTES",
+    "Direction",
+    "FrameCounts",
+    "Peer",
+    "WebSocket",
+]
