@@ -109,6 +109,8 @@ class Peer:
         self._drained = asyncio.Event()
         """Set while ``queued_bytes`` is at most ``SEND_QUEUE_SOFT_BYTES``, or once closed."""
         self._drained.set()
+        self._receiving: asyncio.Timeout | None = None
+        """The timeout of the read waiting for the peer's next frame, if one waits."""
 
     @property
     def ready(self) -> bool:
@@ -190,6 +192,12 @@ class Peer:
         code = self.close_code if self.close_code is not None else 1000
         with contextlib.suppress(TimeoutError, ConnectionError, RuntimeError):
             await asyncio.wait_for(self.ws.close(code=code), 2.0)
+        receiving = self._receiving
+        if receiving is not None:
+            # The close had its 2 s and the reader still waits: the peer neither read our close
+            # frame nor sent anything. End the read now (its caller then stops the peer), or the
+            # connection, its queue and its slot would be held until the peer goes away.
+            receiving.reschedule(asyncio.get_running_loop().time())
 
     async def stop(self) -> None:
         """Close (after any close already decided: its frame goes out first, so the server's
@@ -246,13 +254,18 @@ class Peer:
                 log.debug("peer %s: %d bytes queued, reading paused", self.key, self.queued_bytes)
                 await self._drained.wait()
                 continue
-            timeout = None if self.ready else max(0.0, deadline - loop.time())
             try:
-                msg = await asyncio.wait_for(ws.receive(), timeout)
+                async with asyncio.timeout_at(None if self.ready else deadline) as receiving:
+                    self._receiving = receiving
+                    msg = await ws.receive()
             except TimeoutError:
+                if self.is_closing():
+                    return False  # a close the peer did not answer (_close): read no further
                 log.info("peer %s: no hello within %.0f s", self.key, HELLO_TIMEOUT_S)
                 self.close_soon(wire.CLOSE_PROTOCOL_ERROR)
                 return False
+            finally:
+                self._receiving = None
             if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                 return False
             if self.is_closing():

@@ -146,3 +146,23 @@ async def test_closing_a_peer_whose_reading_is_paused_ends_its_reader(
     assert amp.peer.queued_bytes > peer_mod.SEND_QUEUE_SOFT_BYTES
     amp.peer.close_soon(wire.CLOSE_PROTOCOL_ERROR)  # as a ban or a timeout would
     await asyncio.wait_for(amp.done.wait(), TIMEOUT_S)
+
+
+async def test_a_close_the_peer_cannot_read_still_ends_the_reader(
+    amplifier: tuple[Amplifier, aiohttp.ClientWebSocketResponse],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A close decided while reading goes on (below the bound: here the bound is lifted) whose
+    frame cannot reach a peer that does not read, and which the peer never answers: the reader
+    ends once the close has had its 2 s, instead of waiting for a frame that never comes (the
+    connection, its queue and its slot were held until the peer went away)."""
+    amp, ws = amplifier
+    monkeypatch.setattr(peer_mod, "SEND_QUEUE_SOFT_BYTES", 2**40)
+    for nonce in range(REQUESTS):
+        await ws.send_bytes(wire.encode_message(wire.Ping(nonce)))
+    await _settle(amp)
+    assert amp.peer is not None
+    assert amp.peer.read_pauses == 0
+    assert amp.peer.queued_bytes > 0  # the client's buffers are full: the close frame waits
+    amp.peer.close_soon(wire.CLOSE_MISBEHAVING)  # as a ban would
+    await asyncio.wait_for(amp.done.wait(), 10)
