@@ -46,6 +46,9 @@ is the connection's own state machine (:class:`p2p.wire.Handshake`), done before
 
 SYNC_REQUESTS: Final = (wire.GetMilestones, wire.GetLevelSet, wire.GetPending)
 """The requests a catching-up node sends (P7-P9), answered by ``syncsession.serve``."""
+REQUESTS: Final = (wire.Ping, wire.GetAddr, wire.GetData, *SYNC_REQUESTS)
+"""The messages answered to their sender: what the daemon defers while its answers to that
+peer wait for the socket (docs/protocol.md decision 44)."""
 
 Sends = Sequence[tuple[str, wire.Message]]
 Handler = Callable[[str, Any, int], Sends | None]
@@ -96,6 +99,7 @@ class Dispatcher:
 
 __all__ = [
     "HANDLERS",
+    "REQUESTS",
     "SYNC_REQUESTS",
     "Dispatcher",
     "ExchangeHandlers",

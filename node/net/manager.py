@@ -27,6 +27,7 @@ from p2p import gossip, scores, wire
 from p2p.addrgossip import AddrGossip
 from p2p.connection import Deliver, HelloReceived, Misbehaved
 from p2p.dialer import Addr, Dialer
+from p2p.dispatch import REQUESTS
 from p2p.exchange import MAINTENANCE_MS, ORPHAN_SWEEP_MS, Exchange
 from p2p.relay import Relay, Send
 from p2p.service import NodeService
@@ -291,6 +292,7 @@ class PeerManager:
         self._seq += 1
         key = f"{direction[:3]}-{self._seq}-{host}:{port}"
         peer = Peer(ws, direction, host, port, key, self.settings.max_frame, self.sent)
+        peer.on_drained = self._serve_deferred
         self.peers[key] = peer
         if dialed is not None:
             self.dialer.connected(dialed, key)
@@ -316,12 +318,24 @@ class PeerManager:
             data, now, self.relay.pending_items(key), self.sync.requests(key)
         )
         if isinstance(event, Deliver):
-            if not peer.closed:
-                self.exchange.receive(key, event.msg, now)
+            if peer.closed:
+                return
+            if isinstance(event.msg, REQUESTS) and (peer.deferred or peer.behind):
+                # decision 44: our answers to this peer wait for its socket; answer it once
+                # they drain, in order, and read on (its answers to us, its relay)
+                peer.deferred.append(event.msg)
+                return
+            self.exchange.receive(key, event.msg, now)
         elif isinstance(event, HelloReceived):
             self._on_hello(peer, event.hello)
         elif isinstance(event, Misbehaved):
             self._penalise(peer, event.score, event.reason, event.close)
+
+    def _serve_deferred(self, peer: Peer) -> None:
+        """Answer ``peer``'s deferred requests in order while its queue stays under the bound
+        (decision 44; the writer calls this as the queue drains)."""
+        while peer.deferred and not peer.behind and not peer.closed:
+            self.exchange.receive(peer.key, peer.deferred.popleft(), self._now_ms())
 
     def _penalise(self, peer: Peer, points: int, reason: str, close: int | None = None) -> None:
         """Add misbehaviour points; ban at the threshold (close 4006); close if asked."""

@@ -2,16 +2,18 @@
 
 A reader loop (run by the manager) and a writer task draining a bounded queue: a peer that
 cannot keep up is dropped, never buffered without limit (STYLE.md rule 11). While more than
-``SEND_QUEUE_SOFT_BYTES`` wait for a peer's socket, nothing more is read from it (docs/protocol.md
-decision 44): a peer that asks and does not read holds that much of our memory, not an answer
-per request.
+``SEND_QUEUE_SOFT_BYTES`` wait for a peer's socket, the manager defers that peer's requests
+(:attr:`Peer.deferred`, served in order once the queue drains) and reads on, so two nodes
+answering each other never wait for each other; beyond ``MAX_DEFERRED_REQUESTS`` deferred
+requests nothing more is read from the peer until its queue drains (docs/protocol.md decision
+44). A peer that asks and does not read holds that much of our memory, not an answer per request.
 """
 
 import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, Literal, final
 
@@ -29,8 +31,11 @@ PONG_TIMEOUT_S = 60.0
 SEND_QUEUE_SIZE = 4096
 """Frames waiting for the socket; beyond this the peer is too slow and is dropped."""
 SEND_QUEUE_SOFT_BYTES = 4 * 1024 * 1024
-"""Bytes waiting for the socket above which the peer's next frame is not read until they
-drain (decision 44; Bitcoin Core pauses a peer's messages above its send buffer, 5 MB)."""
+"""Bytes waiting for the socket above which the peer's requests wait until they drain
+(decision 44; Bitcoin Core stops processing a peer's messages above its 5 MB send buffer)."""
+MAX_DEFERRED_REQUESTS = 1024
+"""Deferred requests beyond which the peer's frames are not read until its queue drains (an
+honest peer has a few outstanding: two ``getdata``, eight level sets, a ping)."""
 
 Direction = Literal["inbound", "outbound"]
 WebSocket = web.WebSocketResponse | ClientWebSocketResponse
@@ -104,6 +109,11 @@ class Peer:
         self._closer: asyncio.Task[None] | None = None
         self.queued_bytes = 0
         """Bytes of the frames waiting for the socket."""
+        self.deferred: deque[wire.Message] = deque()
+        """The peer's requests waiting for :attr:`behind` to end (decision 44), oldest first."""
+        self.on_drained: Callable[[Peer], None] | None = None
+        """Called when the queue drains to the bound with requests deferred (the manager
+        serves them)."""
         self.read_pauses = 0
         """Times reading waited for the queue to drain (decision 44)."""
         self._drained = asyncio.Event()
@@ -157,13 +167,21 @@ class Peer:
             return False
         return True
 
+    @property
+    def behind(self) -> bool:
+        """More than ``SEND_QUEUE_SOFT_BYTES`` wait for the socket: defer the peer's requests."""
+        return self.queued_bytes > SEND_QUEUE_SOFT_BYTES
+
     def _queued(self, change: int) -> None:
         """``change`` bytes more (or fewer) wait for the socket."""
+        was_behind = self.behind
         self.queued_bytes += change
-        if self.queued_bytes > SEND_QUEUE_SOFT_BYTES and not self.closed:
+        if self.behind and not self.closed:
             self._drained.clear()
-        else:
-            self._drained.set()
+            return
+        self._drained.set()
+        if was_behind and self.deferred and self.on_drained is not None and not self.closed:
+            self.on_drained(self)
 
     def call_when_sent(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once everything queued so far has been written."""
@@ -249,7 +267,9 @@ class Peer:
         ws, loop = self.ws, asyncio.get_running_loop()
         deadline = loop.time() + HELLO_TIMEOUT_S
         while not self.closed:
-            if not self._drained.is_set():  # decision 44: read on once our answers drain
+            if len(self.deferred) >= MAX_DEFERRED_REQUESTS and not self._drained.is_set():
+                # decision 44: a peer that asks this much without reading is read again once
+                # our answers to it drain
                 self.read_pauses += 1
                 log.debug("peer %s: %d bytes queued, reading paused", self.key, self.queued_bytes)
                 await self._drained.wait()
@@ -310,6 +330,7 @@ class Peer:
 
 
 __all__ = [
+    "MAX_DEFERRED_REQUESTS",
     "SEND_QUEUE_SIZE",
     "SEND_QUEUE_SOFT_BYTES",
     "Direction",

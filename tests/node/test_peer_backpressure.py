@@ -1,14 +1,21 @@
-"""A peer that asks and does not read: the node's send queue to it stays bounded in bytes
-(docs/protocol.md decision 44), over a real WebSocket on 127.0.0.1.
+"""A peer whose answers wait for its socket (docs/protocol.md decision 44), over real
+WebSockets on 127.0.0.1.
 
-The server side is the daemon's own ``node.net.peer.Peer``; each frame it reads is answered with
-a 256 KB ``block`` (the largest block, ``max_block_bytes``), so a peer that sends requests and
-never reads would, without a bound, make the node hold an answer for every request it sent.
+With the daemon's own ``PeerManager``: while more than ``SEND_QUEUE_SOFT_BYTES`` of our frames
+wait for a peer, its requests are deferred and answered in order once they drain, and its other
+messages are still read and handled, so two nodes answering each other never wait for each
+other; beyond ``MAX_DEFERRED_REQUESTS`` deferred requests nothing more is read from it until
+then. The queue's bytes are set by hand (as if a large answer were waiting), the rest is real.
+
+With the daemon's ``Peer`` alone: a close the peer neither reads nor answers still ends the
+read (each frame read is answered with a 256 KB block, so a client that does not read fills
+the sockets' buffers).
 """
 
 import asyncio
+import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
@@ -17,8 +24,12 @@ from aiohttp.test_utils import TestServer
 
 from dagchain.params import DEVNET
 from node.net import peer as peer_mod
+from node.net.manager import PeerManager
 from node.net.peer import Peer
 from p2p import wire
+from tests.node.test_p2p_manager import Client, connect, net, payments
+
+__all__ = ["net"]  # the fixture, imported
 
 pytestmark = pytest.mark.integration
 
@@ -108,46 +119,6 @@ async def _settle(amp: Amplifier) -> int:
     return last
 
 
-async def test_a_peer_that_does_not_read_is_no_longer_read_and_gets_every_answer_once_it_does(
-    amplifier: tuple[Amplifier, aiohttp.ClientWebSocketResponse],
-) -> None:
-    amp, ws = amplifier
-    for nonce in range(REQUESTS):
-        await ws.send_bytes(wire.encode_message(wire.Ping(nonce)))
-    read = await _settle(amp)
-    soft = peer_mod.SEND_QUEUE_SOFT_BYTES
-    # Reading stops once the answers waiting for the client pass the soft bound: what is held
-    # is the bound plus the one answer that crossed it, not an answer per request sent.
-    assert read < REQUESTS
-    assert amp.most_queued <= soft + ANSWER_BYTES + wire.MAX_FRAME
-    assert amp.peer is not None
-    assert not amp.peer.closed
-    # The client reads again: every request is read and answered, none lost, and the node's
-    # queue drains.
-    answers = 0
-    async with asyncio.timeout(TIMEOUT_S):
-        while answers < REQUESTS:
-            msg = await ws.receive()
-            assert msg.type == aiohttp.WSMsgType.BINARY, msg
-            if isinstance(wire.decode_frame(bytes(msg.data)), wire.BlockMsg):
-                answers += 1
-    assert amp.read == REQUESTS
-    assert amp.peer.queued_bytes == 0
-
-
-async def test_closing_a_peer_whose_reading_is_paused_ends_its_reader(
-    amplifier: tuple[Amplifier, aiohttp.ClientWebSocketResponse],
-) -> None:
-    amp, ws = amplifier
-    for nonce in range(REQUESTS):
-        await ws.send_bytes(wire.encode_message(wire.Ping(nonce)))
-    await _settle(amp)
-    assert amp.peer is not None
-    assert amp.peer.queued_bytes > peer_mod.SEND_QUEUE_SOFT_BYTES
-    amp.peer.close_soon(wire.CLOSE_PROTOCOL_ERROR)  # as a ban or a timeout would
-    await asyncio.wait_for(amp.done.wait(), TIMEOUT_S)
-
-
 async def test_a_close_the_peer_cannot_read_still_ends_the_reader(
     amplifier: tuple[Amplifier, aiohttp.ClientWebSocketResponse],
     monkeypatch: pytest.MonkeyPatch,
@@ -166,3 +137,92 @@ async def test_a_close_the_peer_cannot_read_still_ends_the_reader(
     assert amp.peer.queued_bytes > 0  # the client's buffers are full: the close frame waits
     amp.peer.close_soon(wire.CLOSE_MISBEHAVING)  # as a ban would
     await asyncio.wait_for(amp.done.wait(), 10)
+
+
+def _behind(manager: PeerManager) -> Peer:
+    """The one ready peer, its queue set as if a large answer waited for its socket."""
+    (peer,) = manager.ready_peers()
+    peer.queued_bytes += peer_mod.SEND_QUEUE_SOFT_BYTES + 1
+    peer._queued(0)
+    assert peer.behind
+    return peer
+
+
+def _drain(peer: Peer) -> None:
+    """The large answer is written: the queue drains below the bound."""
+    peer._queued(-(peer_mod.SEND_QUEUE_SOFT_BYTES + 1))
+    assert not peer.behind
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait (at most TIMEOUT_S) until ``condition()`` holds."""
+    async with asyncio.timeout(TIMEOUT_S):
+        for _ in itertools.count():
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+
+
+async def _pongs(client: Client, count: int) -> list[int]:
+    nonces: list[int] = []
+    async with asyncio.timeout(TIMEOUT_S):
+        while len(nonces) < count:
+            msg = await client.ws.receive()
+            assert msg.type == aiohttp.WSMsgType.BINARY, msg
+            decoded = wire.decode_frame(bytes(msg.data))
+            if isinstance(decoded, wire.Pong):
+                nonces.append(decoded.nonce)
+    return nonces
+
+
+async def test_requests_wait_while_answers_do_and_the_rest_is_handled(
+    net: tuple[PeerManager, TestServer, aiohttp.ClientSession],
+) -> None:
+    manager, server, session = net
+    client = await connect(manager, server, session)
+    await client.barrier()
+    peer = _behind(manager)
+    for nonce in (11, 12, 13):
+        await client.send(wire.Ping(nonce))
+    (tx,) = payments(1)
+    await client.send(wire.TxMsg(tx.raw))  # not a request: handled now
+    await _until(lambda: tx.txid in manager.service.mempool)
+    assert [m.nonce for m in peer.deferred if isinstance(m, wire.Ping)] == [11, 12, 13]
+    with pytest.raises(TimeoutError):  # no answer while our answers wait
+        await asyncio.wait_for(_pongs(client, 1), 0.3)
+    _drain(peer)
+    assert await _pongs(client, 3) == [11, 12, 13]  # answered in order once they drain
+    assert not peer.deferred
+    await client.barrier()  # and requests are answered at once again
+
+
+async def test_beyond_the_deferred_limit_the_peer_is_not_read_until_its_answers_drain(
+    net: tuple[PeerManager, TestServer, aiohttp.ClientSession],
+) -> None:
+    manager, server, session = net
+    client = await connect(manager, server, session)
+    await client.barrier()
+    peer = _behind(manager)
+    total = peer_mod.MAX_DEFERRED_REQUESTS + 50
+    for nonce in range(total):
+        await client.send(wire.Ping(nonce))
+    await _until(lambda: peer.read_pauses > 0)
+    await asyncio.sleep(0.2)
+    assert len(peer.deferred) == peer_mod.MAX_DEFERRED_REQUESTS  # the rest is not read
+    _drain(peer)
+    assert await _pongs(client, total) == list(range(total))  # none lost, in order
+    assert not peer.deferred
+
+
+async def test_a_peer_not_read_is_still_closed_by_a_ban(
+    net: tuple[PeerManager, TestServer, aiohttp.ClientSession],
+) -> None:
+    manager, server, session = net
+    client = await connect(manager, server, session)
+    await client.barrier()
+    peer = _behind(manager)
+    for nonce in range(peer_mod.MAX_DEFERRED_REQUESTS + 10):
+        await client.send(wire.Ping(nonce))
+    await _until(lambda: peer.read_pauses > 0)
+    manager._penalise(peer, 100, "test: ban")
+    await _until(lambda: not manager.peers)
