@@ -181,7 +181,8 @@ class Peer:
             return
         self._drained.set()
         if was_behind and self.deferred and self.on_drained is not None and not self.closed:
-            self.on_drained(self)
+            # soon, not here in the writer's step: a failing handler must not stop the writer
+            asyncio.get_running_loop().call_soon(self.on_drained, self)
 
     def call_when_sent(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once everything queued so far has been written."""
