@@ -13,6 +13,7 @@ the sockets' buffers).
 """
 
 import asyncio
+import dataclasses
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +29,7 @@ from node.net.manager import PeerManager
 from node.net.peer import Peer
 from p2p import wire
 from tests.node.test_p2p_manager import Client, connect, net, payments
+from tests.p2p.test_connection import HELLO
 
 __all__ = ["net"]  # the fixture, imported
 
@@ -39,18 +41,7 @@ TIMEOUT_S = 30.0
 
 
 def _hello(node: bytes) -> wire.Hello:
-    return wire.Hello(
-        proto=wire.PROTOCOL_VERSION,
-        network=DEVNET.network_id,
-        genesis=bytes(32),
-        node=node,
-        best=bytes(32),
-        height=0,
-        work=bytes(32),
-        port=0,
-        agent="test",
-        time=0,
-    )
+    return dataclasses.replace(HELLO, node=node)
 
 
 class Amplifier:
@@ -139,13 +130,26 @@ async def test_a_close_the_peer_cannot_read_still_ends_the_reader(
     await asyncio.wait_for(amp.done.wait(), 10)
 
 
-def _behind(manager: PeerManager) -> Peer:
-    """The one ready peer, its queue set as if a large answer waited for its socket."""
+async def _behind(
+    net: tuple[PeerManager, TestServer, aiohttp.ClientSession],
+) -> tuple[PeerManager, Client, Peer]:
+    """A client connected to the manager, and the manager's peer for it, whose queue is set as
+    if a large answer waited for its socket."""
+    manager, server, session = net
+    client = await connect(manager, server, session)
+    await client.barrier()
     (peer,) = manager.ready_peers()
     peer.queued_bytes += peer_mod.SEND_QUEUE_SOFT_BYTES + 1
     peer._queued(0)
     assert peer.behind
-    return peer
+    return manager, client, peer
+
+
+async def _flood(client: Client, peer: Peer, count: int) -> None:
+    """``count`` pings, more than the manager defers: wait until it stops reading the peer."""
+    for nonce in range(count):
+        await client.send(wire.Ping(nonce))
+    await _until(lambda: peer.read_pauses > 0)
 
 
 def _drain(peer: Peer) -> None:
@@ -178,10 +182,7 @@ async def _pongs(client: Client, count: int) -> list[int]:
 async def test_requests_wait_while_answers_do_and_the_rest_is_handled(
     net: tuple[PeerManager, TestServer, aiohttp.ClientSession],
 ) -> None:
-    manager, server, session = net
-    client = await connect(manager, server, session)
-    await client.barrier()
-    peer = _behind(manager)
+    manager, client, peer = await _behind(net)
     for nonce in (11, 12, 13):
         await client.send(wire.Ping(nonce))
     (tx,) = payments(1)
@@ -199,14 +200,9 @@ async def test_requests_wait_while_answers_do_and_the_rest_is_handled(
 async def test_beyond_the_deferred_limit_the_peer_is_not_read_until_its_answers_drain(
     net: tuple[PeerManager, TestServer, aiohttp.ClientSession],
 ) -> None:
-    manager, server, session = net
-    client = await connect(manager, server, session)
-    await client.barrier()
-    peer = _behind(manager)
+    _, client, peer = await _behind(net)
     total = peer_mod.MAX_DEFERRED_REQUESTS + 50
-    for nonce in range(total):
-        await client.send(wire.Ping(nonce))
-    await _until(lambda: peer.read_pauses > 0)
+    await _flood(client, peer, total)
     await asyncio.sleep(0.2)
     assert len(peer.deferred) == peer_mod.MAX_DEFERRED_REQUESTS  # the rest is not read
     _drain(peer)
@@ -217,12 +213,7 @@ async def test_beyond_the_deferred_limit_the_peer_is_not_read_until_its_answers_
 async def test_a_peer_not_read_is_still_closed_by_a_ban(
     net: tuple[PeerManager, TestServer, aiohttp.ClientSession],
 ) -> None:
-    manager, server, session = net
-    client = await connect(manager, server, session)
-    await client.barrier()
-    peer = _behind(manager)
-    for nonce in range(peer_mod.MAX_DEFERRED_REQUESTS + 10):
-        await client.send(wire.Ping(nonce))
-    await _until(lambda: peer.read_pauses > 0)
+    manager, client, peer = await _behind(net)
+    await _flood(client, peer, peer_mod.MAX_DEFERRED_REQUESTS + 10)
     manager._penalise(peer, 100, "test: ban")
     await _until(lambda: not manager.peers)
