@@ -333,7 +333,7 @@ class PeerManager:
 
     def _serve_deferred(self, peer: Peer) -> None:
         """Answer ``peer``'s deferred requests in order while its queue stays under the bound
-        (decision 44; the writer calls this as the queue drains)."""
+        (decision 44; the peer schedules this once its queue drains to the bound)."""
         while peer.deferred and not peer.behind and not peer.closed:
             self.exchange.receive(peer.key, peer.deferred.popleft(), self._now_ms())
 
