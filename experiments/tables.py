@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
+from simulator.sweep import flatten
+
 Row = dict[str, str]
 
 
@@ -67,17 +69,6 @@ def bandwidth(rows: list[Row], extra: Sequence[str] = ()) -> list[str]:
     return out
 
 
-def _flat(data: dict[str, object], prefix: str = "") -> Row:
-    """A JSON object as one sweep row: nested keys joined by dots, values as text."""
-    row: Row = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            row.update(_flat(value, f"{prefix}{key}."))
-        else:
-            row[f"{prefix}{key}"] = str(value)
-    return row
-
-
 def run_row(folder: Path) -> tuple[Row, Row]:
     """The sweep-CSV row and the resources row of one ``dagchain-sim run --out folder``."""
     try:
@@ -86,7 +77,7 @@ def run_row(folder: Path) -> tuple[Row, Row]:
     except (OSError, ValueError) as exc:
         raise SystemExit(f"{folder}: not a dagchain-sim run's output folder ({exc})") from None
     scenario = manifest["scenario"]
-    row = _flat(metrics)
+    row = {key: str(value) for key, value in flatten(metrics).items()}  # as sweep.csv has them
     row.update(
         {
             "protocol": f"{scenario['protocol']} ({folder.name})",
