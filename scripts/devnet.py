@@ -301,8 +301,12 @@ def confirmed_rate(
     Appends (now, confirmed) and keeps the newest sample at least TPS_WINDOW_S old as the base,
     so the rate exists whatever the polling interval (with ``--interval`` 10 or more, dropping
     every sample older than the window left nothing to compare with). None until two samples
-    are at least 1 s apart.
+    are at least 1 s apart. A counter lower than the last sample is a node restarted from 0
+    (devnet restarts one stopped by SIGKILL): the window starts again from it, not a negative
+    rate.
     """
+    if window and confirmed < window[-1][1]:
+        window.clear()
     window.append((now, confirmed))
     while len(window) > 2 and now - window[1][0] >= TPS_WINDOW_S:
         window.popleft()

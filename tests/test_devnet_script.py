@@ -46,6 +46,19 @@ def test_the_rate_covers_about_the_last_window() -> None:
     assert rate == (75.0 - 25.0) / 10.0
 
 
+def test_a_restarted_node_s_counter_starts_a_new_window_instead_of_a_negative_rate() -> None:
+    """devnet restarts a node stopped by SIGKILL; its counter starts again from 0, and the
+    summary showed ``tps -8.1`` for it. A counter that went down is a restart (as Prometheus'
+    ``rate`` reads it): the samples before it are dropped and the rate is measured afresh."""
+    devnet = _devnet()
+    window: deque[tuple[float, float]] = deque(maxlen=64)
+    for t in range(0, 30, 5):  # 4 tx/s
+        devnet.confirmed_rate(window, float(t), 4.0 * t)
+    assert devnet.confirmed_rate(window, 30.0, 3.0) is None  # restarted: 3 confirmed since
+    assert window == deque([(30.0, 3.0)])
+    assert devnet.confirmed_rate(window, 35.0, 13.0) == 2.0
+
+
 def test_duplicate_rate_counts_every_inclusion_after_a_txs_first() -> None:
     """The summary's duplicate rate: of the transfer inclusions in the level sets read, the share
     that repeat a txid another block carries (a tx in three blocks is two repeats)."""
