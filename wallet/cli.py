@@ -454,13 +454,38 @@ def _secret(args: argparse.Namespace) -> bytes:
     return hd.Account.from_seed(sealed, header.network).secret(hd.RECEIVE, 0)
 
 
-async def _node_params(client: NodeApi, args: argparse.Namespace) -> ConsensusParams:
+async def _node_params(
+    client: NodeApi, args: argparse.Namespace, network: str | None = None
+) -> ConsensusParams:
+    """The node's network parameters; refused when they are not the wallet's ``network``."""
     params = await node_network(client)
     if args.devnet_faucet and params.network_id != NETWORKS["devnet"].network_id:
         raise WalletError(
             f"--devnet-faucet refused: node at {client.url} runs {params.network_id}, not devnet"
         )
+    if network is not None and params is not NETWORKS[network]:
+        raise WalletError(
+            f"wallet {args.wallet} is for {network}, but the node at {client.url} runs "
+            f"{_network_name(params)}"
+        )
     return params
+
+
+def _network_name(params: ConsensusParams) -> str:
+    """The name ``NETWORKS`` knows ``params`` by (as ``GET /v1/status`` reports it)."""
+    return next(name for name, p in NETWORKS.items() if p is params)
+
+
+def _amount(text: str) -> int:
+    """``--amount``: a whole number of units, at least 1 (an argparse type: a bad value is a
+    usage error, exit 2, before any request)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of units, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("an amount is at least 1 unit")
+    return value
 
 
 def _hrp(network: str, address: Address) -> str:
@@ -574,7 +599,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 async def _restore_scan(args: argparse.Namespace, seed: bytes) -> tuple[str, int, int, list[Utxo]]:
     async with NodeApi(args.node, connections=FETCH_CONCURRENCY + 2) as client:
         params = await node_network(client)
-        network = next(name for name, p in NETWORKS.items() if p is params)
+        network = _network_name(params)
         if args.network is not None and args.network != network:
             raise WalletError(
                 f"--network {args.network}, but the node at {args.node} runs {network}"
@@ -633,7 +658,7 @@ def cmd_address(args: argparse.Namespace) -> int:
 
 async def _balance(args: argparse.Namespace, keystore: Keystore, kind: str) -> None:
     async with NodeApi(args.node) as client:
-        params = await _node_params(client, args)
+        params = await _node_params(client, args, keystore.network)
         addresses = keystore.addresses()
         balance, pending, utxos = await fetch_wallet_utxos(client, params, addresses)
     print(f"wallet: {kind}")
@@ -774,9 +799,9 @@ def _refusal(status: int, code: str, message: str) -> str:
     return f"node refused the transaction ({status} {code}): {message}"
 
 
-async def _send(args: argparse.Namespace, keys: Keys) -> Transaction:
+async def _send(args: argparse.Namespace, keys: Keys, network: str) -> Transaction:
     async with NodeApi(args.node) as client:
-        params = await _node_params(client, args)
+        params = await _node_params(client, args, network)
         to = parse_address(params, args.to)
         fee = args.fee
         if fee == fees.AUTO:
@@ -803,17 +828,21 @@ def _hd_keys(keystore: Keystore, seed: bytes) -> Keys:
 def cmd_send(args: argparse.Namespace) -> int:
     if args.wait is not None and args.wait <= 0:
         raise WalletError("--wait must be positive")
+    # ``--to`` is read against the wallet's own network first: a typo is named before the
+    # node is asked (an unreachable one would hide it) and before the password is.
     if args.devnet_faucet:
-        print(asyncio.run(_send(args, Keys.single(FAUCET_SECRET))).txid.hex())
+        parse_address(NETWORKS["devnet"], args.to)
+        print(asyncio.run(_send(args, Keys.single(FAUCET_SECRET), "devnet")).txid.hex())
         return 0
     data = _read_wallet(args)
     keystore = read_keystore_header(data)
+    parse_address(NETWORKS[keystore.network], args.to)
     sealed = decode_keystore(data, _password(args))
     if keystore.account is None:
-        print(asyncio.run(_send(args, Keys.single(sealed))).txid.hex())
+        print(asyncio.run(_send(args, Keys.single(sealed), keystore.network)).txid.hex())
         return 0
     keys = _hd_keys(keystore, sealed)
-    tx = asyncio.run(_send(args, keys))
+    tx = asyncio.run(_send(args, keys, keystore.network))
     if any(out.address == keys.change for out in tx.outputs):  # the change address is used now
         bumped = with_indices(data, keystore.next_receive, keystore.next_change + 1)
         replace_wallet(Path(args.wallet), bumped)
@@ -909,7 +938,7 @@ def build_parser() -> argparse.ArgumentParser:
     send = sub.add_parser("send", help="pay ADDR; prints the txid")
     send.add_argument("--node", required=True)
     send.add_argument("--to", required=True, help="bech32m address")
-    send.add_argument("--amount", type=int, required=True, help="units")
+    send.add_argument("--amount", type=_amount, required=True, help="units, at least 1")
     send.add_argument(
         "--fee",
         type=fees.parse_fee,

@@ -169,6 +169,37 @@ def test_unreachable_node_is_a_one_line_error(capsys: pytest.CaptureFixture[str]
     assert err.count("\n") == 1
 
 
+def test_send_refuses_a_bad_address_or_amount_before_the_node_or_the_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typo in ``--to`` or ``--amount`` is named as such (exit 2, one line), with no request
+    to the node (here unreachable: its error would hide the typo) and no password asked."""
+    node = ["--node", "http://127.0.0.1:9"]
+    to = encode_address(DEVNET.hrp, address_of(SECRET))
+    assert wallet.main(["--devnet-faucet", "send", *node, "--to", "ddag1xyz", "--amount", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "bad address 'ddag1xyz'" in err
+    for amount in ("0", "-5", "1.5"):
+        with pytest.raises(SystemExit) as usage:
+            wallet.main(["--devnet-faucet", "send", *node, "--to", to, "--amount", amount])
+        assert usage.value.code == 2
+        assert "--amount" in capsys.readouterr().err
+
+    path = tmp_path / "w.json"
+    monkeypatch.setenv(wallet.PASSWORD_ENV, "secret")
+    assert wallet.main(["--wallet", str(path), "new"]) == 0
+    capsys.readouterr()
+    monkeypatch.delenv(wallet.PASSWORD_ENV)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # a password would be "no password"
+    testnet_to = encode_address("tdag", address_of(SECRET))
+    argv = ["--wallet", str(path), "send", *node, "--amount", "5", "--to"]
+    assert wallet.main([*argv, testnet_to]) == 2  # a devnet wallet: a testnet address is a typo
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"bad address {testnet_to!r}" in err
+
+
 # ------------------------------------------------------------------ coin selection
 
 
