@@ -441,17 +441,17 @@ def _read_wallet(args: argparse.Namespace) -> bytes:
         raise WalletError(f"cannot read wallet {path}: {exc.strerror}") from None
 
 
-def _secret(args: argparse.Namespace) -> bytes:
-    """The one key ``load`` spends from: the faucet's, a one-key wallet's, or an HD wallet's
-    first receive key."""
+def _secret(args: argparse.Namespace) -> tuple[bytes, str]:
+    """The one key ``load`` spends from (the faucet's, a one-key wallet's, or an HD wallet's
+    first receive key) and the wallet's network."""
     if args.devnet_faucet:
-        return FAUCET_SECRET
+        return FAUCET_SECRET, "devnet"
     data = _read_wallet(args)
     header = read_keystore_header(data)
     sealed = decode_keystore(data, _password(args))
     if header.account is None:
-        return sealed
-    return hd.Account.from_seed(sealed, header.network).secret(hd.RECEIVE, 0)
+        return sealed, header.network
+    return hd.Account.from_seed(sealed, header.network).secret(hd.RECEIVE, 0), header.network
 
 
 async def _node_params(
@@ -850,7 +850,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _load(args: argparse.Namespace, secret: bytes) -> loadgen.LoadReport:
+async def _load(args: argparse.Namespace, secret: bytes, network: str) -> loadgen.LoadReport:
     config = loadgen.LoadConfig(
         rate=args.rate,
         duration_s=args.duration,
@@ -861,7 +861,7 @@ async def _load(args: argparse.Namespace, secret: bytes) -> loadgen.LoadReport:
         confirm_timeout_s=args.confirm_timeout,
     )
     async with NodeApi(args.node, connections=args.max_in_flight + 8) as client:
-        params = await _node_params(client, args)
+        params = await _node_params(client, args, network)
         return await loadgen.run_load(client, params, secret, config, _progress)
 
 
@@ -874,8 +874,8 @@ def cmd_load(args: argparse.Namespace) -> int:
         raise WalletError("--rate, --duration, --accounts and --max-in-flight must be positive")
     if not 1 <= args.batch <= TX_BATCH_MAX:
         raise WalletError(f"--batch must be 1..{TX_BATCH_MAX} (POST /v1/txs/batch takes that many)")
-    secret = _secret(args)
-    report = asyncio.run(_load(args, secret))
+    secret, network = _secret(args)
+    report = asyncio.run(_load(args, secret, network))
     if args.report is not None:
         Path(args.report).write_text(json.dumps(report.to_json(), indent=1) + "\n")
     for line in report.summary_lines():

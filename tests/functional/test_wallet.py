@@ -295,15 +295,17 @@ def test_conflicts_get_409_and_the_mempool_is_not_kept_across_a_restart(
 def test_a_wallet_of_another_network_is_refused_by_name_and_nothing_is_sent(
     network: TestNetwork, tmp_path: Path
 ) -> None:
-    """A testnet wallet pointed at a devnet node: ``send`` and ``balance`` say which network
-    each is on (they said 'bad address' or showed an empty balance), and the pool is untouched."""
+    """A testnet wallet pointed at a devnet node: ``send``, ``balance`` and ``load`` say which
+    network each is on (they said 'bad address' or showed an empty balance), and the pool is
+    untouched."""
     node = network.start(1)[0]
     path = tmp_path / "testnet.json"
     wallet("--wallet", str(path), "new", "--network", "testnet")
     to = wallet("--wallet", str(path), "address").stdout.strip()
     assert to.startswith("tdag1")
     want = f"is for testnet, but the node at {node.url} runs devnet"
-    for args in (("send", "--to", to, "--amount", "5"), ("balance",)):
+    load = ("load", "--rate", "1", "--duration", "1")
+    for args in (("send", "--to", to, "--amount", "5"), ("balance",), load):
         result = wallet("--wallet", str(path), *args, "--node", node.url, check=False)
         assert result.returncode == 2
         assert want in result.stderr
