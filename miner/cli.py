@@ -20,7 +20,7 @@ from apiclient import ApiError, NodeApi, NodeUnreachable
 from apiclient.core import Token
 from dagchain.crypto import decode_address
 from dagchain.errors import DagchainError
-from dagchain.params import get_params
+from dagchain.params import PRESETS, get_params
 from miner.controller import Miner, MinerConfig, MinerError
 from miner.pool import default_worker_kind, measure_hashrate
 from miner.search import KERNEL, LANES, search_nonce_native, search_nonce_python
@@ -121,7 +121,24 @@ async def _node_network(api: NodeApi) -> str:
     return body.network
 
 
+def _check_address_shape(text: str) -> None:
+    """Refuse an ``--address`` that is no network's address before the node is asked: with the
+    node down too, its error would hide the typo. Which network it must be of is the node's
+    to say (checked after ``GET /v1/status``)."""
+    first: DagchainError | None = None
+    for params in PRESETS.values():
+        try:
+            decode_address(params.hrp, text)
+            return
+        except DagchainError as exc:
+            if first is None or text.startswith(params.hrp + "1"):
+                first = exc
+    prefixes = ", ".join(f"{p.hrp}1..." for p in PRESETS.values())
+    raise MinerError(f"bad --address {text!r}: not an address of any network ({prefixes}): {first}")
+
+
 async def _mine(args: argparse.Namespace) -> int:
+    _check_address_shape(args.address)
     async with NodeApi(args.node, timeout_s=30) as api:
         network = await _node_network(api)
         try:

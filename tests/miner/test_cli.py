@@ -93,6 +93,17 @@ async def test_bad_address_is_one_line_exit_2(tmp_path: Path) -> None:
             _one_line_error(result, "bad --address")
 
 
+async def test_an_address_of_no_network_is_named_before_the_node_is_asked(
+    tmp_path: Path,
+) -> None:
+    """With the node down as well, a malformed ``--address`` is what the miner reports (it said
+    'cannot reach the node', and the typo showed only once the node was up)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    for bad in ("not-an-address", encode_address("xyz", bytes(32)), PAYOUT[:-1] + "q"):
+        result = await _run_miner("--node", url, "--address", bad, "--datadir", str(tmp_path))
+        _one_line_error(result, f"bad --address {bad!r}")
+
+
 async def test_bad_token_is_one_line_exit_2(tmp_path: Path) -> None:
     token = tmp_path / "api.token"
     token.write_text("wrong\n")
