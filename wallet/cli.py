@@ -454,16 +454,14 @@ def _secret(args: argparse.Namespace) -> tuple[bytes, str]:
     return hd.Account.from_seed(sealed, header.network).secret(hd.RECEIVE, 0), header.network
 
 
-async def _node_params(
-    client: NodeApi, args: argparse.Namespace, network: str | None = None
-) -> ConsensusParams:
+async def _node_params(client: NodeApi, args: argparse.Namespace, network: str) -> ConsensusParams:
     """The node's network parameters; refused when they are not the wallet's ``network``."""
     params = await node_network(client)
     if args.devnet_faucet and params.network_id != NETWORKS["devnet"].network_id:
         raise WalletError(
             f"--devnet-faucet refused: node at {client.url} runs {params.network_id}, not devnet"
         )
-    if network is not None and params is not NETWORKS[network]:
+    if params is not NETWORKS[network]:
         raise WalletError(
             f"wallet {args.wallet} is for {network}, but the node at {client.url} runs "
             f"{_network_name(params)}"
