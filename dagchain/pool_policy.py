@@ -83,6 +83,10 @@ class WaitingTxs:
     def __contains__(self, txid: object) -> bool:
         return txid in self._held
 
+    def txids(self) -> list[bytes]:
+        """The held txs' ids, in the order held."""
+        return list(self._held)
+
     def hold(self, tx: Transaction, now_ms: int) -> None:
         """Keep ``tx`` until its inputs are back (a tx already held keeps its time)."""
         if tx.txid in self._held or self.max_txs <= 0:

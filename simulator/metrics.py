@@ -27,7 +27,7 @@ reward balances) and produces every ``metrics.json`` key of INTERFACES.md:
   still be ordered in time is undecided and left out of both counts
   (``late_blocks_undecided``: how many);
 - ``txs_lost`` (v2, §7.5): offered txs neither VALID in the observer's best chain nor in any full
-  node's mempool at the end;
+  node's mempool at the end (its waiting set, decision 37, counts as its mempool);
 - ``attacker_fee_share`` (with an attacker's roots): fees of the VALID txs in its blocks over the
   fees of all VALID txs of the best chain (fee = inputs spent - outputs, from the level sets).
 Percentiles are nearest-rank on sorted values, so equal runs give equal bytes.

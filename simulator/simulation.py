@@ -511,6 +511,8 @@ class Simulation:
         full: list[SimNode | LateNode] = [*self.full_nodes, *self.late_nodes]
         for node in full:
             pooled.update(node.mempool.txids_by_fee_rate())
+            # held for a parent a reorganisation undid (decision 37): the node answers "mempool"
+            pooled.update(node.service.waiting.txids())
         known = self.known_txs
 
         metrics = compute_metrics(

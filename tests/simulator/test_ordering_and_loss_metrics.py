@@ -119,6 +119,26 @@ def test_txs_lost_counts_a_dropped_tx() -> None:
     assert state["dropped"] not in sim.recorder.tx_confirmed_ms
 
 
+def test_a_tx_waiting_for_its_parent_at_the_end_is_not_lost() -> None:
+    """A full node holds a tx whose parent a reorganisation undid in its waiting set (decision 37)
+    and answers ``mempool`` for it (``GET /v1/txs/{txid}``): ``txs_lost`` (INTERFACES.md,
+    "neither confirmed nor in any mempool") does not count it. Here the run's end finds one pool
+    tx held only in one node's waiting set, as a reorganisation at every holder would leave it."""
+    sim = Simulation(load_scenario(None, [*SMALL, "load.tps=40"]))
+    result = sim.run()
+    assert result.metrics["txs_lost"] == 0
+    full = sim.full_nodes
+    pooled = [t for t in full[0].mempool.txids_by_fee_rate() if t in sim.recorder.tx_offered_ms]
+    assert pooled, "the load should outrun 40 s of 2 s milestones"
+    entry = full[0].mempool.get(pooled[0])
+    assert entry is not None
+    for node in full:
+        node.mempool.remove(pooled[0])
+    assert sim._metrics()["txs_lost"] == 1  # dropped everywhere: lost
+    full[-1].service.waiting.hold(entry.tx, 0)
+    assert sim._metrics()["txs_lost"] == 0
+
+
 def test_multi_root_registers_k_chains_and_reports_fee_share() -> None:
     sim, result = run(
         [
