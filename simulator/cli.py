@@ -60,7 +60,9 @@ PROGRESS_LOG_S = 60.0
 class ProgressLog:
     """Progress for a log: when stderr is not a terminal, one plain line every ``every_s`` wall
     seconds (none in a shorter run), so that an hour-long run in ``nohup`` or a batch job says
-    how far it got: simulated time, wall time, events and peak RSS."""
+    how far it got: simulated time, wall time, events, peak RSS and the wall time left at the
+    pace since the previous line (the recent pace: a long run's cost per simulated second grows
+    with its backlog)."""
 
     def __init__(
         self,
@@ -80,6 +82,7 @@ class ProgressLog:
         self.clock = clock
         self.started = clock()
         self._next = self.every_s
+        self._last = (0.0, 0.0)  # (wall s, simulated ms) of the previous line
 
     def __call__(self, now_ms: float) -> None:
         wall = self.clock() - self.started
@@ -92,11 +95,26 @@ class ProgressLog:
         else:
             where = f"draining the network at simulated {now_ms / 1000:.1f} s"
         rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        last_wall, last_ms = self._last
+        self._last = (wall, now_ms)
+        left = ""
+        if last_ms < now_ms <= self.total_ms:
+            left_s = (self.total_ms - now_ms) * (wall - last_wall) / (now_ms - last_ms)
+            left = f", about {_duration(left_s)} left"
         self.stream.write(
             f"{self.label}: {where}, wall {wall:.0f} s, {self.events():,} events, "
-            f"peak RSS {rss_mib:,.0f} MiB\n"
+            f"peak RSS {rss_mib:,.0f} MiB{left}\n"
         )
         self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min``, ``2.5 h``: a wall time left, to the precision that matters."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _pair(metrics: dict[str, Any], first: str, second: str, form: str) -> str:

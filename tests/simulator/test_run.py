@@ -183,5 +183,9 @@ def test_the_progress_log_spaces_its_lines_and_says_when_it_drains() -> None:
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3
     assert lines[0].startswith("progress: simulated 10.0 of 40 s (25.0 %), wall 61 s, 1,234 events")
+    # what is left at the pace since the previous line: 30 s at 6.1 wall s per simulated s
+    assert lines[0].endswith(", about 3 min left")
     assert "simulated 39.0 of 40 s" in lines[1]
+    assert lines[1].endswith(", about 2 s left")  # 1 s at 64 wall s per 29 simulated s
     assert lines[2].startswith("progress: draining the network at simulated 41.0 s, wall 190 s")
+    assert "left" not in lines[2]  # the drain's length is not known
