@@ -16,13 +16,15 @@ SWEEP.toml::
 """
 
 import csv
+import hashlib
 import itertools
+import json
 import resource
 import socket
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,49 @@ def run_point(
         }
     )
     return row
+
+
+RUNS_DIR = "runs"
+"""``OUT/runs/``: one JSON file per finished run (its job and its row), written as it finishes,
+so a sweep stopped before its end keeps them and the same sweep into the same ``--out`` goes on
+from them (:func:`run_sweep`)."""
+
+Finished = Callable[[int, dict[str, Any]], None]
+"""An executor's report of one finished run: (index into its jobs, the run's row)."""
+
+
+def _job_data(job: tuple[Any, ...]) -> Any:
+    """The job as JSON data: what a kept run must match to be reused."""
+    base, overrides, seed = job
+    return json.loads(json.dumps({"base": base, "overrides": overrides, "seed": seed}))
+
+
+def _run_file(runs: Path, job: tuple[Any, ...]) -> Path:
+    text = json.dumps(_job_data(job), sort_keys=True)
+    return runs / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
+
+
+def _keep(runs: Path, job: tuple[Any, ...], row: dict[str, Any]) -> None:
+    """Write a finished run's row (atomically: a stop mid-write leaves no half file)."""
+    runs.mkdir(exist_ok=True)
+    path = _run_file(runs, job)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"job": _job_data(job), "row": row}), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _finished(runs: Path, job: tuple[Any, ...]) -> dict[str, Any] | None:
+    """The row a previous sweep kept for exactly this job, if any (a file that cannot be read
+    or holds another job is not reused)."""
+    path = _run_file(runs, job)
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("job") != _job_data(job):
+        return None
+    row = kept.get("row")
+    return row if isinstance(row, dict) else None
 
 
 def _resources(row: dict[str, Any]) -> dict[str, Any]:
@@ -211,35 +256,32 @@ def _describe(job: tuple[Any, ...]) -> str:
     return ", ".join([*(f"{'.'.join(p)}={v}" for p, v in overrides), f"seed={seed}"])
 
 
-def _local(jobs: list[tuple[Any, ...]], workers: int) -> Iterable[dict[str, Any]]:
-    """Runs in a process pool; one progress line per finished run on stderr, rows in grid order."""
+def _local(jobs: list[tuple[Any, ...]], workers: int, done: Finished) -> None:
+    """Runs in a process pool; one progress line per finished run on stderr."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     started = time.monotonic()
     total = len(jobs)
 
-    def report(done: int, job: tuple[Any, ...]) -> None:
+    def report(count: int, job: tuple[Any, ...]) -> None:
         elapsed = time.monotonic() - started
         print(
-            f"sweep: {done}/{total} done ({_describe(job)}), {elapsed:.0f} s elapsed",
+            f"sweep: {count}/{total} done ({_describe(job)}), {elapsed:.0f} s elapsed",
             file=sys.stderr,
             flush=True,
         )
 
     if workers <= 1:
-        rows = []
-        for done, job in enumerate(jobs, 1):
-            rows.append(run_point(*job))
-            report(done, job)
-        return rows
-    results: list[dict[str, Any] | None] = [None] * total
+        for count, job in enumerate(jobs, 1):
+            done(count - 1, run_point(*job))
+            report(count, job)
+        return
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_point, *job): i for i, job in enumerate(jobs)}
-        for done, future in enumerate(as_completed(futures), 1):
+        for count, future in enumerate(as_completed(futures), 1):
             i = futures[future]
-            results[i] = future.result()
-            report(done, jobs[i])
-    return [row for row in results if row is not None]
+            done(i, future.result())
+            report(count, jobs[i])
 
 
 def local_dask_cluster(workers: int) -> Any:
@@ -263,9 +305,7 @@ def local_dask_cluster(workers: int) -> Any:
     )
 
 
-def _dask(
-    jobs: list[tuple[Any, ...]], address: str | None, workers: int
-) -> Iterable[dict[str, Any]]:
+def _dask(jobs: list[tuple[Any, ...]], address: str | None, workers: int, done: Finished) -> None:
     try:
         from dask.distributed import Client
     except ImportError:
@@ -277,14 +317,15 @@ def _dask(
             raise ScenarioError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     else:
         client = Client(local_dask_cluster(workers))
+    from dask.distributed import as_completed
+
     with client:
-        futures = [client.submit(run_point, *job, pure=True) for job in jobs]
-        return list(client.gather(futures))
+        futures = {client.submit(run_point, *job, pure=True): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            done(futures[future], future.result())
 
 
-def _ray(
-    jobs: list[tuple[Any, ...]], address: str | None, workers: int
-) -> Iterable[dict[str, Any]]:
+def _ray(jobs: list[tuple[Any, ...]], address: str | None, workers: int, done: Finished) -> None:
     try:
         import ray
     except ImportError:
@@ -292,13 +333,17 @@ def _ray(
     ray.init(address=address, num_cpus=None if address else max(1, workers))
     remote = ray.remote(run_point)
     try:
-        return list(ray.get([remote.remote(*job) for job in jobs]))
+        refs = {remote.remote(*job): i for i, job in enumerate(jobs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            done(refs[ready[0]], ray.get(ready[0]))
     finally:
         ray.shutdown()
 
 
-EXECUTORS: dict[str, Callable[..., Iterable[dict[str, Any]]]] = {
-    "local": lambda jobs, address, workers: _local(jobs, workers),
+EXECUTORS: dict[str, Callable[..., None]] = {
+    "local": lambda jobs, address, workers, done: _local(jobs, workers, done),
     "dask": _dask,
     "ray": _ray,
 }
@@ -316,8 +361,25 @@ def run_sweep(
     if address and executor != "local":
         check_cluster(executor, address)
     jobs = [(base, point, seed) for point in points for seed in seeds]
-    rows = list(EXECUTORS[executor](jobs, address, workers))
     out.mkdir(parents=True, exist_ok=True)
+    runs = out / RUNS_DIR
+    found: list[dict[str, Any] | None] = [_finished(runs, job) for job in jobs]
+    todo = [i for i, row in enumerate(found) if row is None]
+    if len(todo) < len(jobs):
+        print(
+            f"sweep: {len(jobs) - len(todo)} of {len(jobs)} runs already done in {runs}/, "
+            f"running the other {len(todo)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def done(k: int, row: dict[str, Any]) -> None:
+        found[todo[k]] = row
+        _keep(runs, jobs[todo[k]], row)
+
+    if todo:
+        EXECUTORS[executor]([jobs[i] for i in todo], address, workers, done)
+    rows = [row for row in found if row is not None]
     keys = [".".join(p) for p, _ in points[0]] + ["seed"]
     costs = [{**{k: row.get(k) for k in keys}, **_resources(row)} for row in rows]
     rows = [{k: v for k, v in row.items() if not k.startswith(RESOURCE_PREFIX)} for row in rows]

@@ -9,6 +9,7 @@ executors (each when installed) must give the local executor's rows for the same
 
 import csv
 import importlib.util
+import io
 import json
 import math
 import tomllib
@@ -471,3 +472,57 @@ def test_relay_backlog_tells_a_relay_that_keeps_up_from_one_that_does_not(
     starved = in_flight(0.2)
     assert starved == sorted(starved)
     assert starved[-1] > 3 * max(ample)
+
+
+def test_a_sweep_keeps_each_finished_run_and_a_rerun_goes_on_from_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep of hour-long runs stopped before its end (Ctrl-C, a crash, a session that ends)
+    keeps the runs it finished in ``OUT/runs/``; the same sweep into the same ``--out`` runs only
+    the others and writes the ``sweep.csv`` an uninterrupted sweep writes, byte for byte. A
+    changed sweep file reuses none of them."""
+    from simulator import sweep
+
+    spec = tmp_path / "sweep.toml"
+    base = (EXPERIMENTS / "stale.toml").as_posix()
+    spec.write_text(
+        f'base = "{base}"\nseeds = [1, 2]\nset = ["nodes=5", "duration_s=5", "miners.count=3"]\n'
+        '[grid]\n"chain.block_rate" = [8, 16]\n',
+        encoding="utf-8",
+    )
+    whole = run_sweep(spec, "local", 1, tmp_path / "whole").read_bytes()
+    real = sweep.run_point
+    calls: list[int] = []
+
+    def stopped_at_the_third(*job: Any) -> dict[str, Any]:
+        calls.append(job[2])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*job)
+
+    monkeypatch.setattr(sweep, "run_point", stopped_at_the_third)
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, "local", 1, cut)
+    assert len(list((cut / "runs").glob("*.json"))) == 2
+    assert not (cut / "sweep.csv").exists()
+    capsys.readouterr()
+
+    calls.clear()
+
+    def counted(*job: Any) -> dict[str, Any]:
+        calls.append(job[2])
+        return real(*job)
+
+    monkeypatch.setattr(sweep, "run_point", counted)
+    assert run_sweep(spec, "local", 1, cut).read_bytes() == whole
+    assert len(calls) == 2  # only the two runs not finished before
+    assert "2 of 4 runs already done" in capsys.readouterr().err
+    resources = list(csv.DictReader(io.StringIO((cut / "resources.csv").read_text("utf-8"))))
+    assert len(resources) == 4
+    assert all(float(r["cpu_s"]) > 0 for r in resources)  # the reused runs keep their cost
+
+    calls.clear()
+    spec.write_text(spec.read_text(encoding="utf-8").replace("duration_s=5", "duration_s=6"))
+    run_sweep(spec, "local", 1, cut)
+    assert len(calls) == 4  # another sweep: nothing of the first is reused
