@@ -132,6 +132,18 @@ def test_fairness_script_runs_and_its_shares_add_up(tmp_path: Path) -> None:
     assert sum(int(r["txs_packed"]) for r in sdag) > 0  # the load reached the chain
 
 
+def _four_tiny_runs(tmp_path: Path) -> Path:
+    """A sweep file of 2 points x 2 seeds of 5-node, 5 s runs of ``stale.toml``."""
+    sweep = tmp_path / "sweep.toml"
+    base = (EXPERIMENTS / "stale.toml").as_posix()
+    sweep.write_text(
+        f'base = "{base}"\nseeds = [1, 2]\nset = ["nodes=5", "duration_s=5", "miners.count=3"]\n'
+        '[grid]\n"chain.block_rate" = [8, 16]\n',
+        encoding="utf-8",
+    )
+    return sweep
+
+
 @pytest.mark.parametrize(
     ("executor", "module", "workers"), [("dask", "dask.distributed", 1), ("ray", "ray", 2)]
 )
@@ -140,13 +152,7 @@ def test_cluster_executor_gives_the_local_rows(
 ) -> None:
     """The same sweep file on Dask or Ray writes the local sweep.csv byte for byte."""
     pytest.importorskip(module)
-    sweep = tmp_path / "sweep.toml"
-    base = (EXPERIMENTS / "stale.toml").as_posix()
-    sweep.write_text(
-        f'base = "{base}"\nseeds = [1, 2]\nset = ["nodes=5", "duration_s=5", "miners.count=3"]\n'
-        '[grid]\n"chain.block_rate" = [8, 16]\n',
-        encoding="utf-8",
-    )
+    sweep = _four_tiny_runs(tmp_path)
     local = run_sweep(sweep, "local", 1, tmp_path / "local")
     remote = run_sweep(sweep, executor, workers, tmp_path / executor)
     local_text = local.read_text(encoding="utf-8")
@@ -483,13 +489,7 @@ def test_a_sweep_keeps_each_finished_run_and_a_rerun_goes_on_from_them(
     changed sweep file reuses none of them."""
     from simulator import sweep
 
-    spec = tmp_path / "sweep.toml"
-    base = (EXPERIMENTS / "stale.toml").as_posix()
-    spec.write_text(
-        f'base = "{base}"\nseeds = [1, 2]\nset = ["nodes=5", "duration_s=5", "miners.count=3"]\n'
-        '[grid]\n"chain.block_rate" = [8, 16]\n',
-        encoding="utf-8",
-    )
+    spec = _four_tiny_runs(tmp_path)
     whole = run_sweep(spec, "local", 1, tmp_path / "whole").read_bytes()
     real = sweep.run_point
     calls: list[int] = []
