@@ -319,8 +319,8 @@ def _dask(jobs: list[tuple[Any, ...]], address: str | None, workers: int, done: 
         client = Client(local_dask_cluster(workers))
     from dask.distributed import as_completed
 
-    with client:
-        futures = {client.submit(run_point, *job, pure=True): i for i, job in enumerate(jobs)}
+    with client:  # pure=False: a grid that repeats a point still gets one future per run
+        futures = {client.submit(run_point, *job, pure=False): i for i, job in enumerate(jobs)}
         for future in as_completed(futures):
             done(futures[future], future.result())
 
